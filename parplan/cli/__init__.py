@@ -1,0 +1,55 @@
+"""The `parplan` command line (typer + rich).
+
+Exit codes: 0 ok, 1 error in the input, 2 usage error, 3 no feasible plan. Errors are one message on
+stderr, never a traceback (set PARPLAN_DEBUG=1 to see one).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from parplan.cli import hardware, models
+from parplan.cli._output import err_console
+from parplan.errors import ParplanError
+
+app = typer.Typer(
+    name="parplan",
+    help="Plan how to split an LLM training run over a GPU cluster.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(models.app, name="models")
+app.add_typer(hardware.app, name="hardware")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point: run the app and map errors to exit codes."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except ParplanError as e:
+        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        return e.exit_code
+    except typer.Exit as e:
+        return e.exit_code
+    except typer.Abort:
+        err_console.print("aborted")
+        return 1
+    except Exception as e:  # a usage error from typer's bundled click, or a bug
+        code = getattr(e, "exit_code", None)
+        if code is not None and hasattr(e, "show"):
+            e.show()
+            return code
+        if os.environ.get("PARPLAN_DEBUG"):
+            raise
+        err_console.print(f"[bold red]internal error:[/] {type(e).__name__}: {e} "
+                          "(set PARPLAN_DEBUG=1 for a traceback; please report it)", highlight=False, soft_wrap=True)
+        return 1
+    return 0
+
+
+def run() -> None:
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""`parplan hardware list|show`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from parplan.cli._output import console, kv_table, print_json
+from parplan.hardware import load_cluster, preset_names
+
+app = typer.Typer(help="Cluster presets and cluster files.", no_args_is_help=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+@app.command("list")
+def list_hardware(json_out: JsonOpt = False) -> None:
+    """List the cluster presets shipped with parplan."""
+    clusters = [load_cluster(n) for n in preset_names()]
+    if json_out:
+        print_json({"clusters": [c.summary() for c in clusters]})
+        return
+    table = Table(title="Cluster presets (a cluster YAML file also works; --gpus sets the size)")
+    for col in ("name", "GPU", "bf16 TF", "fp8 TF", "HBM GiB", "GPUs/node", "NVLink GB/s", "NIC GB/s"):
+        table.add_column(col, justify="left" if col in ("name", "GPU") else "right")
+    for c in clusters:
+        g = c.gpu
+        fp8 = f"{g.peak_tflops['fp8']:g}" if g.supports_fp8 else "-"
+        table.add_row(c.name, g.name.replace("NVIDIA ", "").replace("AMD Instinct ", ""),
+                      f"{g.peak_tflops['bf16']:g}", fp8,
+                      f"{g.hbm_gib:g}", str(c.gpus_per_node), f"{c.scaleup.bandwidth_gbps:g}",
+                      f"{c.scaleout.bandwidth_gbps:g}")
+    console.print(table)
+
+
+@app.command("show")
+def show_hardware(
+    name: Annotated[str, typer.Argument(help="Preset name or cluster YAML file.")],
+    gpus: Annotated[int | None, typer.Option(help="Total GPUs in the job.", min=1)] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show a cluster's GPU, links and where every number comes from."""
+    c = load_cluster(name, gpus=gpus)
+    if json_out:
+        print_json(c.summary())
+        return
+    g = c.gpu
+    rows = [
+        ("cluster", f"{c.name}: {c.description}"),
+        ("GPUs", f"{c.gpus} ({c.nodes} nodes of {c.gpus_per_node}; scale-up domain {c.scaleup_domain})"),
+        ("GPU", f"{g.name} ({g.arch}, {g.sm_count} SMs)"),
+        ("peak TFLOP/s (dense)", ", ".join(f"{k} {v:g}" for k, v in g.peak_tflops.items())),
+        ("best GEMM / peak", ", ".join(f"{k} {v:.1%}" for k, v in g.gemm_peak_fraction.items())),
+        ("memory", f"{g.hbm_gib:g} GiB at {g.hbm_tbps:g} TB/s"),
+        ("flash attention / peak", f"fwd {g.attention_fwd_fraction:.0%}, bwd {g.attention_bwd_fraction:.0%}"),
+        ("scale-up", f"{c.scaleup.name}: {c.scaleup.bandwidth_gbps:g} GB/s/dir, ring busbw "
+                     f"{c.scaleup.busbw_gbps:g}" + (f", all-reduce busbw {c.scaleup.allreduce_busbw_gbps:g}"
+                                                    if c.scaleup.allreduce_busbw_gbps else "")
+                     + f", α {c.scaleup.latency_us:g} µs"),
+        ("scale-out", f"{c.scaleout.name}: {c.scaleout.bandwidth_gbps:g} GB/s/dir per GPU, achieved "
+                      f"{c.scaleout.busbw_gbps:g}, α {c.scaleout.latency_us:g} µs"),
+    ]
+    console.print(kv_table(f"Cluster {c.name}", rows))
+    if c.sources:
+        src = Table(title="Sources", title_justify="left")
+        src.add_column("field", style="bold")
+        src.add_column("source")
+        for key, value in c.sources.items():
+            src.add_row(key, value)
+        console.print(src)

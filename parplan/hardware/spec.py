@@ -1,0 +1,136 @@
+"""What it runs on: GPU, node and cluster descriptions.
+
+Conventions (``reference/hardware.md``): TFLOP/s are dense (no 2:4 sparsity); link bandwidths are GB/s
+(1e9 B/s) **per GPU per direction**; "busbw" is nccl-tests' bus bandwidth (PERFORMANCE.md). Every preset
+number carries its source in the preset file's `sources` table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from parplan.errors import ConfigError
+
+DTYPES = ("bf16", "fp16", "fp8", "tf32")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GPUSpec:
+    name: str
+    """Marketing name, e.g. 'NVIDIA H100 SXM5 80GB'."""
+    arch: str
+    """ampere, hopper, blackwell or cdna3: picks the GEMM tile shape and attention kernel generation."""
+    sm_count: int
+    """Streaming multiprocessors (compute units on AMD); sets GEMM wave quantisation."""
+    peak_tflops: dict[str, float]
+    """Dense tensor-core peak per dtype, TFLOP/s; a dtype the GPU lacks is absent."""
+    hbm_gib: float
+    """Memory capacity, GiB."""
+    hbm_tbps: float
+    """Memory bandwidth, TB/s (1e12 B/s)."""
+    hbm_efficiency: float = 0.85
+    """Fraction of hbm_tbps that memory-bound kernels reach."""
+    gemm_peak_fraction: dict[str, float] = field(default_factory=dict)
+    """Best measured GEMM throughput / peak per dtype (MAMF, ml-engineering); the GEMM curve's ceiling."""
+    gemm_tile: tuple[int, int] = (128, 256)
+    """Output tile (rows, columns) of the GEMM kernels, for tile and wave quantisation."""
+    gemm_k_overhead: int = 128
+    """Per-tile prologue/epilogue cost expressed as extra K elements: eff ∝ K / (K + this)."""
+    kernel_min_us: float = 4.0
+    """Shortest time any kernel takes (launch and tail), microseconds."""
+    attention_fwd_fraction: float = 0.6
+    """Flash-attention forward throughput / bf16 peak at long sequence."""
+    attention_bwd_fraction: float = 0.45
+    """Flash-attention backward throughput / bf16 peak at long sequence (FLOPs counted as 2.5× forward)."""
+    attention_half_seq: int = 650
+    """Sequence length at which flash attention reaches half of its long-sequence throughput, tokens."""
+
+    def __post_init__(self) -> None:
+        for key in self.peak_tflops:
+            if key not in DTYPES:
+                raise ConfigError(f"unknown dtype '{key}'; known: {', '.join(DTYPES)}", field="peak_tflops")
+        if "bf16" not in self.peak_tflops:
+            raise ConfigError("bf16 peak is required", field="peak_tflops.bf16")
+
+    @property
+    def supports_fp8(self) -> bool:
+        return "fp8" in self.peak_tflops
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkSpec:
+    """One level of the network as seen by one GPU."""
+
+    name: str
+    """e.g. 'NVLink4 + NVSwitch' or '400G NDR InfiniBand'."""
+    bandwidth_gbps: float
+    """Line rate per GPU per direction, GB/s."""
+    busbw_gbps: float
+    """Achieved ring bus bandwidth for large messages (nccl-tests busbw), GB/s."""
+    allreduce_busbw_gbps: float | None = None
+    """All-reduce bus bandwidth when the switch reduces in-network (NVLS/SHARP); None = ring."""
+    latency_us: float = 15.0
+    """Per-collective latency (α), microseconds."""
+    hop_latency_us: float = 0.0
+    """Extra latency per tree level, microseconds: α grows by 2·log2(ranks)·this across nodes."""
+    per_peer_gbps: float | None = None
+    """Full-mesh fabrics (MI300X xGMI): bandwidth to one peer, GB/s; a group of g GPUs gets (g-1)×."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSpec:
+    name: str
+    description: str
+    gpu: GPUSpec
+    gpus: int
+    """Total GPUs in the job."""
+    gpus_per_node: int
+    """GPUs per server (a GB200 NVL72 tray holds 4)."""
+    scaleup_domain: int
+    """GPUs that reach each other over the scale-up fabric (8 for HGX, 72 for GB200 NVL72)."""
+    scaleup: LinkSpec
+    """NVLink / xGMI inside the scale-up domain."""
+    scaleout: LinkSpec
+    """NIC per GPU between scale-up domains."""
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    """Field path -> where the number comes from."""
+    source: str = field(default="", compare=False)
+    """Preset name or file path."""
+
+    def __post_init__(self) -> None:
+        if self.gpus < 1:
+            raise ConfigError(f"must be >= 1, got {self.gpus}", file=self.source or None, field="gpus")
+        if self.gpus_per_node < 1:
+            raise ConfigError("must be >= 1", file=self.source or None, field="gpus_per_node")
+        if self.scaleup_domain % self.gpus_per_node:
+            raise ConfigError("must be a multiple of gpus_per_node", file=self.source or None,
+                              field="scaleup_domain")
+
+    def with_gpus(self, gpus: int) -> ClusterSpec:
+        """The same cluster with another total GPU count (`--gpus N`)."""
+        return dataclasses.replace(self, gpus=gpus)
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.gpus // self.gpus_per_node)
+
+    def summary(self) -> dict[str, object]:
+        g = self.gpu
+        return {
+            "name": self.name,
+            "description": self.description,
+            "gpu": g.name,
+            "arch": g.arch,
+            "gpus": self.gpus,
+            "gpus_per_node": self.gpus_per_node,
+            "scaleup_domain": self.scaleup_domain,
+            "peak_tflops": dict(g.peak_tflops),
+            "gemm_peak_fraction": dict(g.gemm_peak_fraction),
+            "hbm_gib": g.hbm_gib,
+            "hbm_tbps": g.hbm_tbps,
+            "sm_count": g.sm_count,
+            "scaleup": dataclasses.asdict(self.scaleup),
+            "scaleout": dataclasses.asdict(self.scaleout),
+            "sources": dict(self.sources),
+        }

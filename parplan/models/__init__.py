@@ -1,0 +1,34 @@
+"""What is trained: model descriptions, Hugging Face config reader, presets."""
+
+from parplan.models.hf import load_hf_config, model_from_hf_dict
+from parplan.models.presets import load_model, preset_names
+from parplan.models.spec import (
+    AttentionSpec,
+    Block,
+    LayerKind,
+    Linear,
+    MLASpec,
+    MLPSpec,
+    ModelSpec,
+    MoESpec,
+    Shard,
+)
+from parplan.models.yaml_format import load_model_yaml, model_from_yaml_dict
+
+__all__ = [
+    "AttentionSpec",
+    "Block",
+    "LayerKind",
+    "Linear",
+    "MLASpec",
+    "MLPSpec",
+    "MoESpec",
+    "ModelSpec",
+    "Shard",
+    "load_hf_config",
+    "load_model",
+    "load_model_yaml",
+    "model_from_hf_dict",
+    "model_from_yaml_dict",
+    "preset_names",
+]

@@ -1,0 +1,465 @@
+"""What is trained: a decoder-only transformer described by its dimensions.
+
+`ModelSpec` covers dense decoders (MHA/GQA/MQA, head_dim independent of hidden/heads, gated or plain MLP,
+LayerNorm or RMSNorm, biases, learned or rotary positions, tied or untied embeddings), mixture-of-experts
+layers (routed + shared experts, dense first-k layers, layer frequency, group-limited routing) and
+DeepSeek's multi-head latent attention with multi-token-prediction layers.
+
+The model is described once, as the list of linear layers each transformer layer holds (`Linear`); the
+parameter counts, the FLOPs and the cost model's GEMM shapes are all derived from that one list, so they
+cannot disagree. Counting conventions follow Megatron-LM (``theoretical_memory_usage.py`` and
+``training.py::num_floating_point_operations``), see ``reference/formulas.md`` §1-2.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from parplan.errors import ConfigError
+
+
+class Shard(enum.Enum):
+    """How tensor parallelism splits a linear layer (Megatron-LM, Shoeybi et al. 2019 §3)."""
+
+    COLUMN = "column"
+    """Output features split over the TP group (QKV, MLP up-projection)."""
+    ROW = "row"
+    """Input features split over the TP group (attention output, MLP down-projection)."""
+    REPLICATED = "replicated"
+    """Whole copy on every TP rank (router, MLA down-projections, MTP projection)."""
+
+
+class Block(enum.Enum):
+    """Which part of a layer a linear belongs to; decides which parallel group shards it."""
+
+    ATTENTION = "attention"
+    MLP = "mlp"
+    ROUTER = "router"
+    EXPERTS = "experts"
+    """Routed experts: instances split over EP, each expert's matrices over ETP."""
+    SHARED_EXPERTS = "shared_experts"
+
+
+class LayerKind(enum.Enum):
+    DENSE = "dense"
+    MOE = "moe"
+
+
+@dataclass(frozen=True, slots=True)
+class Linear:
+    """One linear layer of a transformer layer (or `instances` identical ones, for experts)."""
+
+    name: str
+    d_in: int
+    """Input features."""
+    d_out: int
+    """Output features."""
+    bias: bool
+    shard: Shard
+    block: Block
+    instances: int = 1
+    """Identical copies held by the model (number of routed experts; 1 otherwise)."""
+    tokens_fraction: float = 1.0
+    """Fraction of the layer's tokens each copy processes: top_k / experts for routed experts."""
+
+    @property
+    def params(self) -> int:
+        """Parameters of all copies, biases included."""
+        return self.instances * (self.d_in * self.d_out + (self.d_out if self.bias else 0))
+
+    @property
+    def active_params(self) -> float:
+        """Parameters touched per token (top_k experts of E)."""
+        return self.params * self.tokens_fraction
+
+    @property
+    def flops_per_token(self) -> float:
+        """Forward FLOPs per token of the layer's input (2 per multiply-add), over all copies."""
+        return 2.0 * self.d_in * self.d_out * self.instances * self.tokens_fraction
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MLASpec:
+    """DeepSeek-V2/V3 multi-head latent attention (HF names; formulas.md §1.3)."""
+
+    q_lora_rank: int
+    """Rank of the query down-projection; 0 means a plain h -> heads·(nope+rope) projection."""
+    kv_lora_rank: int
+    """Rank of the compressed key/value latent."""
+    qk_nope_head_dim: int
+    """Per-head query/key dimension without rotary embedding (Megatron --qk-head-dim)."""
+    qk_rope_head_dim: int
+    """Per-head rotary query/key dimension, shared key across heads (Megatron --qk-pos-emb-head-dim)."""
+    v_head_dim: int
+    """Per-head value dimension."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionSpec:
+    heads: int
+    """Query heads (a)."""
+    kv_heads: int
+    """Key/value heads (GQA groups); equal to heads for MHA, 1 for MQA."""
+    head_dim: int
+    """Per-head dimension of q/k/v (d_h); need not equal hidden/heads (Qwen3, gpt-oss)."""
+    qkv_bias: bool = False
+    out_bias: bool = False
+    qk_norm: bool = False
+    """Per-head RMSNorm on q and k (Qwen3): 2·head_dim parameters per layer."""
+    sinks: bool = False
+    """Learned per-head attention-sink logits (gpt-oss): `heads` parameters per layer."""
+    sliding_window: int | None = None
+    """Window in tokens of the layers that use sliding-window attention; None = all layers full."""
+    sliding_layers: int = 0
+    """How many layers use the sliding window (gpt-oss alternates sliding and full)."""
+    mla: MLASpec | None = None
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head dimension of the QKᵀ product."""
+        if self.mla:
+            return self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
+        return self.head_dim
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.mla.v_head_dim if self.mla else self.head_dim
+
+    @property
+    def kv_cache_width(self) -> int:
+        """Elements per token of K plus V that context parallelism must pass around (k_v of formulas §4.5).
+
+        MLA passes the expanded per-head K and V in Megatron's CP implementation.
+        """
+        if self.mla:
+            return self.heads * (self.qk_head_dim + self.v_head_dim)
+        return 2 * self.kv_heads * self.head_dim
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MLPSpec:
+    ffn: int
+    """Hidden size of the dense MLP (f); for a gated MLP the width of each of gate and up."""
+    gated: bool = True
+    """SwiGLU-style gate (3 matrices, g=3) or a plain two-matrix MLP (g=2)."""
+    bias: bool = False
+    activation: str = "silu"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoESpec:
+    experts: int
+    """Routed experts per MoE layer (E)."""
+    top_k: int
+    """Experts each token is routed to (k)."""
+    expert_ffn: int
+    """Hidden size of one routed expert (f_e)."""
+    shared_experts: int = 0
+    """Shared experts that see every token (n_sh)."""
+    shared_ffn: int = 0
+    """Hidden size of one shared expert (f_sh)."""
+    shared_gate: bool = False
+    """Sigmoid gate Linear(h, 1) on the shared expert (Qwen2-MoE)."""
+    router_bias: bool = False
+    """Router linear has a bias (gpt-oss)."""
+    expert_bias: bool = False
+    """Expert linears have biases (gpt-oss)."""
+    score_correction_bias: bool = False
+    """DeepSeek-V3's per-expert `e_score_correction_bias` (E parameters per layer)."""
+    layers: tuple[bool, ...] = ()
+    """Per transformer layer: True when it is an MoE layer (from first_k_dense / frequency rules)."""
+    n_group: int = 1
+    """Expert groups for group-limited routing (DeepSeek: one group per node)."""
+    topk_group: int = 1
+    """Groups a token may be routed to (DeepSeek-V3: 4 of 8)."""
+
+    @property
+    def moe_layers(self) -> int:
+        return sum(self.layers)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer language model."""
+
+    name: str
+    family: str
+    """HF model_type it was read from (llama, qwen3_moe, deepseek_v3, ...) or 'parplan'."""
+    hidden: int
+    """Model width h."""
+    layers: int
+    """Transformer layers L (MTP layers excluded)."""
+    vocab: int
+    """Vocabulary size V as configured (frameworks may pad it; see the cost model)."""
+    attention: AttentionSpec
+    mlp: MLPSpec
+    moe: MoESpec | None = None
+    norm: str = "rmsnorm"
+    """'rmsnorm' (weight only) or 'layernorm' (weight and bias)."""
+    position: str = "rope"
+    """'rope', 'learned' (a table of max_position × hidden parameters) or 'alibi'."""
+    max_position: int = 4096
+    """Longest sequence the positions support, tokens."""
+    tied_embeddings: bool = False
+    """Input embedding and LM head share one matrix."""
+    embedding_norm: bool = False
+    """A norm right after the input embedding (BLOOM)."""
+    mtp_layers: int = 0
+    """DeepSeek multi-token-prediction layers, trained with the model (excluded from params_total)."""
+    rope_theta: float | None = None
+    """Rotary base (None when positions are not rotary); exported as Megatron --rotary-base."""
+    rope_scaling: str | None = None
+    """Rotary scaling type from `rope_scaling`/`rope_parameters` (llama3, yarn, ...), if any."""
+    dtype: str | None = None
+    """Checkpoint dtype from `torch_dtype`/`dtype`; informational (training precision is a strategy)."""
+    source: str = field(default="", compare=False)
+    """Where the description came from (preset name or file path)."""
+
+    def __post_init__(self) -> None:
+        a = self.attention
+        checks = [
+            ("hidden", self.hidden > 0, "must be positive"),
+            ("layers", self.layers > 0, "must be positive"),
+            ("vocab", self.vocab > 0, "must be positive"),
+            ("attention.heads", a.heads > 0, "must be positive"),
+            ("attention.kv_heads", a.kv_heads > 0 and a.heads % a.kv_heads == 0,
+             f"must divide the {a.heads} query heads"),
+            ("attention.head_dim", a.head_dim > 0, "must be positive"),
+            ("attention.sliding_layers", 0 <= a.sliding_layers <= self.layers,
+             f"must lie in 0..{self.layers}"),
+            ("mlp.ffn", self.mlp.ffn > 0, "must be positive"),
+            ("norm", self.norm in ("rmsnorm", "layernorm"), "must be 'rmsnorm' or 'layernorm'"),
+            ("position", self.position in ("rope", "learned", "alibi"),
+             "must be 'rope', 'learned' or 'alibi'"),
+            ("mtp_layers", self.mtp_layers >= 0, "must be >= 0"),
+        ]
+        if self.moe is not None:
+            m = self.moe
+            checks += [
+                ("moe.experts", m.experts > 0, "must be positive"),
+                ("moe.top_k", 0 < m.top_k <= m.experts, f"must lie in 1..{m.experts}"),
+                ("moe.expert_ffn", m.expert_ffn > 0, "must be positive"),
+                ("moe.layers", len(m.layers) == self.layers, f"must list {self.layers} layers"),
+                ("moe.n_group", m.n_group > 0 and m.experts % m.n_group == 0,
+                 f"must divide the {m.experts} experts"),
+                ("moe.topk_group", 0 < m.topk_group <= m.n_group, f"must lie in 1..{m.n_group}"),
+            ]
+        for name, ok, why in checks:
+            if not ok:
+                raise ConfigError(why, file=self.source or None, field=name)
+
+    # ---- structure -------------------------------------------------------------------------------
+    @property
+    def norm_params_per_norm(self) -> int:
+        return self.hidden * (2 if self.norm == "layernorm" else 1)
+
+    def layer_kinds(self) -> tuple[LayerKind, ...]:
+        """Kind of each transformer layer, in order."""
+        if self.moe is None:
+            return (LayerKind.DENSE,) * self.layers
+        return tuple(LayerKind.MOE if m else LayerKind.DENSE for m in self.moe.layers)
+
+    @property
+    def dense_layers(self) -> int:
+        return self.layers - (self.moe.moe_layers if self.moe else 0)
+
+    @property
+    def moe_layer_count(self) -> int:
+        return self.moe.moe_layers if self.moe else 0
+
+    @property
+    def mtp_layer_kind(self) -> LayerKind:
+        """Megatron builds the MTP layer like the model's last layer."""
+        return self.layer_kinds()[-1]
+
+    def attention_linears(self) -> tuple[Linear, ...]:
+        a = self.attention
+        h = self.hidden
+        if a.mla is None:
+            q = a.heads * a.head_dim
+            kv = a.kv_heads * a.head_dim
+            return (
+                Linear("qkv", h, q + 2 * kv, a.qkv_bias, Shard.COLUMN, Block.ATTENTION),
+                Linear("attn_out", q, h, a.out_bias, Shard.ROW, Block.ATTENTION),
+            )
+        m = a.mla
+        qk = a.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+        out: list[Linear] = []
+        if m.q_lora_rank:
+            out.append(Linear("q_down", h, m.q_lora_rank, False, Shard.REPLICATED, Block.ATTENTION))
+            out.append(Linear("q_up", m.q_lora_rank, qk, False, Shard.COLUMN, Block.ATTENTION))
+        else:
+            out.append(Linear("q_proj", h, qk, False, Shard.COLUMN, Block.ATTENTION))
+        out += [
+            Linear("kv_down", h, m.kv_lora_rank + m.qk_rope_head_dim, False, Shard.REPLICATED,
+                   Block.ATTENTION),
+            Linear("kv_up", m.kv_lora_rank, a.heads * (m.qk_nope_head_dim + m.v_head_dim), False,
+                   Shard.COLUMN, Block.ATTENTION),
+            Linear("attn_out", a.heads * m.v_head_dim, h, False, Shard.ROW, Block.ATTENTION),
+        ]
+        return tuple(out)
+
+    def _mlp_pair(self, prefix: str, width: int, bias: bool, block: Block, instances: int = 1,
+                  fraction: float = 1.0) -> tuple[Linear, Linear]:
+        up = width * (2 if self.mlp.gated else 1)
+        return (
+            Linear(f"{prefix}_up", self.hidden, up, bias, Shard.COLUMN, block, instances, fraction),
+            Linear(f"{prefix}_down", width, self.hidden, bias, Shard.ROW, block, instances, fraction),
+        )
+
+    def mlp_linears(self, kind: LayerKind) -> tuple[Linear, ...]:
+        if kind is LayerKind.DENSE:
+            return self._mlp_pair("mlp", self.mlp.ffn, self.mlp.bias, Block.MLP)
+        moe = self.moe
+        assert moe is not None
+        out = [Linear("router", self.hidden, moe.experts, moe.router_bias, Shard.REPLICATED, Block.ROUTER)]
+        out += self._mlp_pair("expert", moe.expert_ffn, moe.expert_bias, Block.EXPERTS, moe.experts,
+                              moe.top_k / moe.experts)
+        if moe.shared_experts:
+            # Megatron builds the shared experts as one MLP of width n_sh·f_sh
+            # (--moe-shared-expert-intermediate-size, ecosystem.md A2).
+            out += self._mlp_pair("shared", moe.shared_experts * moe.shared_ffn, False,
+                                  Block.SHARED_EXPERTS)
+            if moe.shared_gate:
+                out.append(Linear("shared_gate", self.hidden, 1, False, Shard.REPLICATED,
+                                  Block.SHARED_EXPERTS))
+        return tuple(out)
+
+    def layer_linears(self, kind: LayerKind) -> tuple[Linear, ...]:
+        return self.attention_linears() + self.mlp_linears(kind)
+
+    def layer_norm_params(self, kind: LayerKind) -> int:
+        """Norm (and other non-linear) parameters of one layer."""
+        a = self.attention
+        n = 2 * self.norm_params_per_norm
+        if a.qk_norm:
+            n += 2 * a.head_dim
+        if a.sinks:
+            n += a.heads
+        if a.mla:
+            n += (a.mla.q_lora_rank or 0) + a.mla.kv_lora_rank
+        if kind is LayerKind.MOE and self.moe and self.moe.score_correction_bias:
+            n += self.moe.experts
+        return n
+
+    # ---- parameter counts (formulas.md §1) --------------------------------------------------------
+    def layer_params(self, kind: LayerKind) -> int:
+        return sum(lin.params for lin in self.layer_linears(kind)) + self.layer_norm_params(kind)
+
+    def layer_active_params(self, kind: LayerKind) -> float:
+        return sum(lin.active_params for lin in self.layer_linears(kind)) + self.layer_norm_params(kind)
+
+    @property
+    def embedding_params(self) -> int:
+        """Input embedding, learned positions, embedding norm and (untied) LM head."""
+        n = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        if self.position == "learned":
+            n += self.max_position * self.hidden
+        if self.embedding_norm:
+            n += self.norm_params_per_norm
+        return n
+
+    def mtp_linears(self) -> tuple[Linear, ...]:
+        """The MTP module's own projection (DeepSeek-V3 §2.2: concat of 2h -> h)."""
+        return (Linear("mtp_eh_proj", 2 * self.hidden, self.hidden, False, Shard.REPLICATED, Block.MLP),)
+
+    @property
+    def mtp_params_per_layer(self) -> int:
+        """Own parameters of one MTP module: 2 input norms, projection, one layer and the head norm."""
+        kind = self.mtp_layer_kind
+        return (3 * self.norm_params_per_norm + sum(lin.params for lin in self.mtp_linears())
+                + self.layer_params(kind))
+
+    @property
+    def params_total(self) -> int:
+        """All parameters of the main model (embeddings, LM head, norms, biases); MTP excluded."""
+        return (sum(self.layer_params(k) for k in self.layer_kinds()) + self.norm_params_per_norm
+                + self.embedding_params)
+
+    @property
+    def params_active(self) -> float:
+        """Parameters used per token: top_k routed experts instead of all, both embedding matrices."""
+        return (sum(self.layer_active_params(k) for k in self.layer_kinds()) + self.norm_params_per_norm
+                + self.embedding_params)
+
+    @property
+    def params_with_mtp(self) -> int:
+        return self.params_total + self.mtp_layers * self.mtp_params_per_layer
+
+    # ---- FLOPs (formulas.md §2.3) -----------------------------------------------------------------
+    def attention_kv_tokens(self, seq: float, *, causal: bool = True, sliding: bool = False) -> float:
+        """Keys each query attends to, averaged over the sequence.
+
+        causal=True counts the causal half (Megatron's convention, what FlashAttention computes);
+        causal=False counts the full s×s square (Korthikanti/PaLM convention, formulas.md §2.2).
+        """
+        w = self.attention.sliding_window
+        if sliding and w is not None and w < seq:
+            if not causal:
+                return float(w)
+            return (w * (w + 1) / 2 + (seq - w) * w) / seq
+        return seq / 2 if causal else float(seq)
+
+    def attention_core_flops_per_token(self, seq: float, *, causal: bool = True) -> float:
+        """Forward FLOPs of QKᵀ and P·V per token, summed over all layers."""
+        a = self.attention
+        per_key = 2.0 * a.heads * (a.qk_head_dim + a.v_head_dim)
+        full = self.layers - a.sliding_layers
+        return per_key * (full * self.attention_kv_tokens(seq, causal=causal)
+                          + a.sliding_layers * self.attention_kv_tokens(seq, causal=causal, sliding=True))
+
+    def forward_flops_per_token(self, seq: float, *, causal: bool = True, mtp: bool = True) -> float:
+        """Model forward FLOPs per token: every GEMM (router included), attention core and LM head.
+
+        Norms, softmax, activations and the embedding lookup are not counted (as in Megatron-LM).
+        MTP layers are counted when `mtp` (they run in training).
+        """
+        gemm = sum(sum(lin.flops_per_token for lin in self.layer_linears(k)) for k in self.layer_kinds())
+        flops = gemm + self.attention_core_flops_per_token(seq, causal=causal)
+        flops += 2.0 * self.hidden * self.vocab
+        if mtp and self.mtp_layers:
+            per_core = self.attention_core_flops_per_token(seq, causal=causal) / self.layers
+            mtp_layer = (sum(lin.flops_per_token for lin in self.layer_linears(self.mtp_layer_kind))
+                         + sum(lin.flops_per_token for lin in self.mtp_linears()) + per_core
+                         + 2.0 * self.hidden * self.vocab)
+            flops += self.mtp_layers * mtp_layer
+        return flops
+
+    def training_flops_per_token(self, seq: float, *, causal: bool = True, mtp: bool = True) -> float:
+        """Forward + backward (data-grad and weight-grad) = 3 × forward (formulas.md §2.1)."""
+        return 3.0 * self.forward_flops_per_token(seq, causal=causal, mtp=mtp)
+
+    def summary(self) -> dict[str, object]:
+        """Plain-data view used by `models show --json`."""
+        a = self.attention
+        return {
+            "name": self.name,
+            "family": self.family,
+            "params": self.params_total,
+            "active_params": round(self.params_active),
+            "embedding_params": self.embedding_params,
+            "mtp_params": self.mtp_layers * self.mtp_params_per_layer,
+            "layers": self.layers,
+            "hidden": self.hidden,
+            "heads": a.heads,
+            "kv_heads": a.kv_heads,
+            "head_dim": a.head_dim,
+            "ffn": self.mlp.ffn,
+            "gated_mlp": self.mlp.gated,
+            "vocab": self.vocab,
+            "tied_embeddings": self.tied_embeddings,
+            "norm": self.norm,
+            "position": self.position,
+            "max_position": self.max_position,
+            "attention": "mla" if a.mla else ("mha" if a.kv_heads == a.heads else
+                                               ("mqa" if a.kv_heads == 1 else "gqa")),
+            "experts": self.moe.experts if self.moe else 0,
+            "top_k": self.moe.top_k if self.moe else 0,
+            "expert_ffn": self.moe.expert_ffn if self.moe else 0,
+            "shared_experts": self.moe.shared_experts if self.moe else 0,
+            "moe_layers": self.moe_layer_count,
+            "mtp_layers": self.mtp_layers,
+            "sliding_window": a.sliding_window,
+            "training_gflops_per_token_4k": self.training_flops_per_token(4096) / 1e9,
+        }

@@ -1,0 +1,251 @@
+"""How the model is split: one parallel layout (`Strategy`) and a batch of them (`Layouts`).
+
+Degrees follow Megatron-Core: ranks are ordered tp (innermost), cp, dp, pp (outermost) for the dense
+part; ``dp = gpus / (tp·pp·cp)``. Expert parallelism is carved out of the same ranks, not multiplied in
+("parallel folding"): the expert grid is etp (innermost), ep, edp, pp with ``edp = gpus / (etp·ep·pp)``
+(``reference/ecosystem.md`` A2, rule 6).
+
+Validation rules are written once, vectorised over `Layouts`; a single `Strategy` is checked by the very
+same rules and the first one it breaks is reported with its reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from parplan.errors import InvalidStrategyError
+from parplan.hardware.spec import ClusterSpec
+from parplan.models.spec import ModelSpec
+
+RECOMPUTE = ("none", "selective", "full")
+SCHEDULES = ("1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev")
+PRECISIONS = ("bf16", "fp8")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Strategy:
+    """One parallel layout and batch setting of a training run."""
+
+    tp: int = 1
+    """Tensor-parallel degree (Megatron --tensor-model-parallel-size)."""
+    pp: int = 1
+    """Pipeline stages."""
+    cp: int = 1
+    """Context-parallel degree: the sequence is split over cp ranks (ring attention)."""
+    ep: int = 1
+    """Expert-parallel degree: routed experts are split over ep ranks carved from tp·cp·dp."""
+    etp: int = 1
+    """Tensor parallelism inside each expert."""
+    vpp: int = 1
+    """Model chunks per pipeline rank (Megatron's interleaved schedule; DualPipeV holds 2)."""
+    zero: int = 1
+    """ZeRO stage over the data-parallel group: 0 plain DDP, 1 optimizer states (Megatron distributed
+    optimizer), 2 + gradients, 3 + parameters (FSDP full shard)."""
+    sp: bool = True
+    """Megatron sequence parallelism on the TP group (ignored when tp = 1)."""
+    recompute: str = "none"
+    """Activation recomputation: none, selective (attention core, Korthikanti 2022) or full (each layer)."""
+    mbs: int = 1
+    """Micro-batch size, sequences per pipeline micro-batch per data-parallel rank."""
+    gbs: int = 1
+    """Global batch, sequences per optimizer step."""
+    seq: int = 4096
+    """Sequence length, tokens."""
+    schedule: str = "1f1b"
+    """Pipeline schedule: 1f1b, interleaved, zb-h1, dualpipe or dualpipev."""
+    precision: str = "bf16"
+    """GEMM precision: bf16, or fp8 (Transformer Engine style; attention and states stay bf16/fp32)."""
+    flash_attention: bool = True
+    """Fused flash attention; False means the unfused kernels that materialise the s×s scores
+    (Megatron before 2023)."""
+    tp_overlap: bool = False
+    """Overlap TP communication with GEMMs (Megatron --tp-comm-overlap; needs sp)."""
+
+    def __post_init__(self) -> None:
+        if self.tp == 1 and self.sp:
+            # Megatron silently turns SP off at tp=1 (ecosystem.md A2); normalise so equal layouts compare equal.
+            object.__setattr__(self, "sp", False)
+
+    def dp(self, gpus: int) -> int:
+        return gpus // (self.tp * self.pp * self.cp)
+
+    def as_dict(self, gpus: int | None = None) -> dict[str, object]:
+        d = dataclasses.asdict(self)
+        if gpus is not None:
+            d["dp"] = self.dp(gpus)
+            d["microbatches"] = self.gbs // max(1, self.dp(gpus) * self.mbs)
+        return d
+
+    def check(self, model: ModelSpec, cluster: ClusterSpec) -> None:
+        """Raise InvalidStrategyError naming the first rule this layout breaks."""
+        lay = Layouts.from_strategies([self])
+        for rule in RULES:
+            if not bool(rule.ok(lay, model, cluster)[0]):
+                raise InvalidStrategyError(rule.message(self, model, cluster))
+
+
+_INT_FIELDS = ("tp", "pp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq")
+
+
+@dataclass(frozen=True, slots=True)
+class Layouts:
+    """A batch of N layouts as parallel numpy arrays (struct of arrays); categorical fields are codes
+    into RECOMPUTE, SCHEDULES and PRECISIONS."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
+    vpp: np.ndarray
+    zero: np.ndarray
+    mbs: np.ndarray
+    gbs: np.ndarray
+    seq: np.ndarray
+    sp: np.ndarray
+    recompute: np.ndarray
+    schedule: np.ndarray
+    precision: np.ndarray
+    flash_attention: np.ndarray
+    tp_overlap: np.ndarray
+
+    @classmethod
+    def from_strategies(cls, strategies: list[Strategy]) -> Layouts:
+        def col(name: str, conv: Callable[[Strategy], object], dtype: type) -> np.ndarray:
+            return np.array([conv(s) for s in strategies], dtype=dtype)
+
+        cols = {f: col(f, lambda s, f=f: getattr(s, f), np.int64) for f in _INT_FIELDS}
+        cols["sp"] = col("sp", lambda s: s.sp, bool)
+        cols["recompute"] = col("recompute", lambda s: _code(RECOMPUTE, s.recompute, "recompute"), np.int8)
+        cols["schedule"] = col("schedule", lambda s: _code(SCHEDULES, s.schedule, "schedule"), np.int8)
+        cols["precision"] = col("precision", lambda s: _code(PRECISIONS, s.precision, "precision"), np.int8)
+        cols["flash_attention"] = col("flash_attention", lambda s: s.flash_attention, bool)
+        cols["tp_overlap"] = col("tp_overlap", lambda s: s.tp_overlap, bool)
+        return cls(**cols)
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    def take(self, index: np.ndarray) -> Layouts:
+        return Layouts(**{f.name: getattr(self, f.name)[index] for f in dataclasses.fields(self)})
+
+    def strategy(self, i: int) -> Strategy:
+        kw: dict[str, object] = {f: int(getattr(self, f)[i]) for f in _INT_FIELDS}
+        kw.update(
+            sp=bool(self.sp[i]),
+            recompute=RECOMPUTE[int(self.recompute[i])],
+            schedule=SCHEDULES[int(self.schedule[i])],
+            precision=PRECISIONS[int(self.precision[i])],
+            flash_attention=bool(self.flash_attention[i]),
+            tp_overlap=bool(self.tp_overlap[i]),
+        )
+        return Strategy(**kw)
+
+    def dp(self, gpus: int) -> np.ndarray:
+        return gpus // (self.tp * self.pp * self.cp)
+
+    def microbatches(self, gpus: int) -> np.ndarray:
+        return self.gbs // np.maximum(1, self.dp(gpus) * self.mbs)
+
+
+def _code(options: tuple[str, ...], value: str, name: str) -> int:
+    if value not in options:
+        raise InvalidStrategyError(f"{name} must be one of {', '.join(options)}, got '{value}'")
+    return options.index(value)
+
+
+# ------------------------------------------------------------------------------------------------ rules
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    name: str
+    ok: Callable[[Layouts, ModelSpec, ClusterSpec], np.ndarray]
+    message: Callable[[Strategy, ModelSpec, ClusterSpec], str]
+
+
+def _experts(m: ModelSpec) -> int:
+    return m.moe.experts if m.moe else 1
+
+
+def _sched(lay: Layouts, name: str) -> np.ndarray:
+    return lay.schedule == SCHEDULES.index(name)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("positive",
+         lambda lay, m, c: (lay.tp >= 1) & (lay.pp >= 1) & (lay.cp >= 1) & (lay.ep >= 1) & (lay.etp >= 1)
+         & (lay.vpp >= 1) & (lay.mbs >= 1) & (lay.gbs >= 1) & (lay.seq >= 1),
+         lambda s, m, c: "every degree, mbs, gbs and seq must be >= 1"),
+    Rule("zero_stage", lambda lay, m, c: (lay.zero >= 0) & (lay.zero <= 3),
+         lambda s, m, c: f"zero must be 0, 1, 2 or 3, got {s.zero}"),
+    Rule("grid_divides_gpus", lambda lay, m, c: c.gpus % (lay.tp * lay.pp * lay.cp) == 0,
+         lambda s, m, c: f"tp·pp·cp = {s.tp}·{s.pp}·{s.cp} = {s.tp * s.pp * s.cp} does not divide the "
+                         f"{c.gpus} GPUs (dp = gpus / (tp·pp·cp) must be a whole number)"),
+    Rule("tp_divides_heads", lambda lay, m, c: m.attention.heads % lay.tp == 0,
+         lambda s, m, c: f"tp={s.tp} must divide the {m.attention.heads} attention heads"),
+    Rule("tp_divides_kv_heads", lambda lay, m, c: m.attention.kv_heads % lay.tp == 0,
+         lambda s, m, c: f"tp={s.tp} must divide the {m.attention.kv_heads} key/value heads "
+                         f"(Megatron: num_query_groups % tp == 0)"),
+    Rule("tp_divides_ffn", lambda lay, m, c: m.mlp.ffn % lay.tp == 0,
+         lambda s, m, c: f"tp={s.tp} must divide the MLP width {m.mlp.ffn}"),
+    Rule("ep_needs_moe", lambda lay, m, c: (lay.ep == 1) | (m.moe is not None),
+         lambda s, m, c: f"ep={s.ep} needs a mixture-of-experts model; {m.name} is dense"),
+    Rule("ep_divides_experts", lambda lay, m, c: _experts(m) % lay.ep == 0,
+         lambda s, m, c: f"ep={s.ep} must divide the {_experts(m)} routed experts"),
+    Rule("etp_divides_expert_ffn",
+         lambda lay, m, c: (m.moe.expert_ffn if m.moe else 1) % lay.etp == 0,
+         lambda s, m, c: f"etp={s.etp} must divide the expert width {m.moe.expert_ffn if m.moe else 1}"),
+    Rule("expert_grid_divides_gpus", lambda lay, m, c: (c.gpus // lay.pp) % (lay.ep * lay.etp) == 0,
+         lambda s, m, c: f"ep·etp = {s.ep * s.etp} must divide the {c.gpus // s.pp} GPUs of a pipeline "
+                         f"stage (edp = gpus / (etp·ep·pp) must be a whole number)"),
+    Rule("moe_tp_needs_sp", lambda lay, m, c: (m.moe is None) | (lay.tp == 1) | lay.sp,
+         lambda s, m, c: "MoE with tp > 1 needs sequence parallelism (Megatron asserts it); set sp"),
+    Rule("gbs_multiple", lambda lay, m, c: lay.gbs % np.maximum(1, lay.dp(c.gpus) * lay.mbs) == 0,
+         lambda s, m, c: f"gbs={s.gbs} must be a multiple of dp·mbs = {s.dp(c.gpus)}·{s.mbs} = "
+                         f"{s.dp(c.gpus) * s.mbs}"),
+    Rule("cp_divides_seq", lambda lay, m, c: (lay.cp == 1) | (lay.seq % (2 * lay.cp) == 0),
+         lambda s, m, c: f"seq={s.seq} must be a multiple of 2·cp = {2 * s.cp} (causal load-balanced "
+                         f"context parallelism splits it into 2·cp chunks)"),
+    Rule("sp_divides_seq", lambda lay, m, c: ~lay.sp | ((lay.seq // lay.cp) % lay.tp == 0),
+         lambda s, m, c: f"with sequence parallelism tp={s.tp} must divide the {s.seq // s.cp} tokens per "
+                         f"context-parallel rank"),
+    Rule("tp_overlap_needs_sp", lambda lay, m, c: ~lay.tp_overlap | lay.sp,
+         lambda s, m, c: "tp_overlap needs sequence parallelism (Megatron --tp-comm-overlap asserts it)"),
+    Rule("pp_layers", lambda lay, m, c: lay.pp * lay.vpp <= m.layers,
+         lambda s, m, c: f"pp·vpp = {s.pp * s.vpp} virtual stages exceed the {m.layers} layers"),
+    Rule("schedule_needs_pp", lambda lay, m, c: _sched(lay, "1f1b") | (lay.pp > 1),
+         lambda s, m, c: f"schedule {s.schedule} needs pp > 1"),
+    Rule("interleaved_vpp",
+         lambda lay, m, c: np.where(_sched(lay, "interleaved"), lay.vpp >= 2,
+                                    np.where(_sched(lay, "dualpipev"), lay.vpp == 2, lay.vpp == 1)),
+         lambda s, m, c: ("the interleaved schedule needs vpp >= 2" if s.schedule == "interleaved" else
+                          "DualPipeV holds two stages per rank: vpp must be 2" if s.schedule == "dualpipev"
+                          else f"vpp={s.vpp} needs the interleaved schedule (or dualpipev with vpp=2)")),
+    Rule("interleaved_microbatches",
+         lambda lay, m, c: ~_sched(lay, "interleaved") | (lay.microbatches(c.gpus) >= lay.pp),
+         lambda s, m, c: f"the interleaved schedule needs at least pp={s.pp} micro-batches, got "
+                         f"{s.gbs // max(1, s.dp(c.gpus) * s.mbs)}"),
+    Rule("dualpipe_even_pp", lambda lay, m, c: ~_sched(lay, "dualpipe") | (lay.pp % 2 == 0),
+         lambda s, m, c: f"DualPipe needs an even pp, got {s.pp}"),
+    Rule("dualpipe_microbatches",
+         lambda lay, m, c: ~(_sched(lay, "dualpipe") | _sched(lay, "dualpipev"))
+         | ((lay.microbatches(c.gpus) >= 2 * lay.pp)
+            & (~_sched(lay, "dualpipe") | (lay.microbatches(c.gpus) % 2 == 0))),
+         lambda s, m, c: f"{s.schedule} needs at least 2·pp = {2 * s.pp} micro-batches"
+                         f"{' (an even number)' if s.schedule == 'dualpipe' else ''}, got "
+                         f"{s.gbs // max(1, s.dp(c.gpus) * s.mbs)}"),
+    Rule("fp8_supported", lambda lay, m, c: (lay.precision == 0) | c.gpu.supports_fp8,
+         lambda s, m, c: f"{c.gpu.name} has no fp8 tensor cores; use precision bf16"),
+)
+
+
+def valid_mask(lay: Layouts, model: ModelSpec, cluster: ClusterSpec) -> np.ndarray:
+    """True where a layout passes every rule."""
+    ok = np.ones(len(lay), dtype=bool)
+    for rule in RULES:
+        ok &= np.asarray(rule.ok(lay, model, cluster), dtype=bool)
+    return ok

@@ -1,0 +1,34 @@
+"""Shared fixtures: models and clusters from the shipped presets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from parplan.cli import main
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """Run the CLI in-process: returns (exit code, stdout, stderr)."""
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
+@pytest.fixture
+def run_json(run_cli):
+    def run(*args: str):
+        code, out, err = run_cli(*args, "--json")
+        assert code == 0, err
+        return json.loads(out)
+
+    return run
