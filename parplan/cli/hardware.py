@@ -58,9 +58,9 @@ def show_hardware(
         ("scale-up", f"{c.scaleup.name}: {c.scaleup.bandwidth_gbps:g} GB/s/dir, ring busbw "
                      f"{c.scaleup.busbw_gbps:g}" + (f", all-reduce busbw {c.scaleup.allreduce_busbw_gbps:g}"
                                                     if c.scaleup.allreduce_busbw_gbps else "")
-                     + f", α {c.scaleup.latency_us:g} µs"),
+                     + f", ring step {c.scaleup.ring_step_us:g} µs"),
         ("scale-out", f"{c.scaleout.name}: {c.scaleout.bandwidth_gbps:g} GB/s/dir per GPU, achieved "
-                      f"{c.scaleout.busbw_gbps:g}, α {c.scaleout.latency_us:g} µs"),
+                      f"{c.scaleout.busbw_gbps:g}, ring step {c.scaleout.ring_step_us:g} µs"),
     ]
     console.print(kv_table(f"Cluster {c.name}", rows))
     if c.sources:

@@ -34,40 +34,84 @@ class Collective(enum.Enum):
 
 # ---------------------------------------------------------------------------------------------- compute
 
-def _tile_efficiency(gpu: GPUSpec, m: np.ndarray, n: np.ndarray, k: np.ndarray, count: ArrayLike,
-                     tm: int, tn: int) -> np.ndarray:
-    tiles = np.ceil(m / tm) * np.ceil(n / tn) * count
-    # Split-K (cuBLAS/CUTLASS) fills idle SMs when there are fewer tiles than SMs, in K chunks >= 512.
-    splits = np.maximum(1.0, np.minimum(np.floor(gpu.sm_count / tiles), np.floor(k / 512)))
-    units = tiles * splits
-    waves = np.ceil(units / gpu.sm_count)
-    # Useful share of the launched tile slots: partial edge tiles, then idle SMs in the last wave.
-    quantisation = (m * n * count) / (tiles * tm * tn) * units / (waves * gpu.sm_count)
-    k_split = k / splits
-    return quantisation * k_split / (k_split + gpu.gemm_k_overhead)
+def _kernel_time(gpu: GPUSpec, m: np.ndarray, n: np.ndarray, k: np.ndarray, count: ArrayLike,
+                 per_sm_flops: float) -> np.ndarray:
+    """Tensor-core time of a GEMM at a steady-state per-SM rate, with the best tile choice.
+
+    Tiles run in waves over the SMs; each tile spends 2·tm·tn·K / per-SM-rate in its K loop plus a fixed
+    overhead (epilogue, pipeline fill); the kernel pays a launch overhead once. Split-K (cuBLAS/CUTLASS)
+    fills idle SMs when there are fewer tiles than SMs, in K chunks of at least 512. The library picks
+    the best of a few tile shapes.
+    """
+    best = None
+    for (tm, tn), rate_factor in _tile_candidates(gpu):
+        tiles = np.ceil(m / tm) * np.ceil(n / tn) * count
+        splits = np.maximum(1.0, np.minimum(np.floor(gpu.sm_count / tiles), np.floor(k / 512)))
+        waves = np.ceil(tiles * splits / gpu.sm_count)
+        mainloop = 2.0 * tm * tn * (k / splits) / (per_sm_flops * rate_factor)
+        t = waves * (mainloop + gpu.gemm_tile_overhead_us * 1e-6)
+        best = t if best is None else np.minimum(best, t)
+    return best + gpu.kernel_launch_us * 1e-6
+
+
+SMALL_TILE_RATE = 0.9
+"""Throughput of a half-width square tile relative to the large tile: it loads a third more operand bytes
+per FLOP ((tm+tn)/(tm·tn)), an estimate; the kernel library falls back to it when it quantises better."""
+
+
+def _tile_candidates(gpu: GPUSpec) -> list[tuple[tuple[int, int], float]]:
+    """Tile shapes a GEMM library chooses from: both orientations of the large tile, and a square one."""
+    tm, tn = gpu.gemm_tile
+    small = min(tm, tn)
+    return [((tm, tn), 1.0), ((tn, tm), 1.0), ((small, small), SMALL_TILE_RATE)]
+
+
+def _steady_rate(gpu: GPUSpec, dtype: str) -> tuple[float, float]:
+    """(per-SM steady-state FLOP/s, ceiling fraction) backed out of the best measured GEMM.
+
+    The MAMF measurement (ml-engineering) reports `fraction` of peak at `gemm_best_shape`; solve for the
+    per-SM rate at which the tile model reproduces that time (fixed point; converges in a few passes).
+    """
+    fraction = gpu.gemm_peak_fraction.get(dtype, gpu.gemm_peak_fraction.get("bf16", 0.75))
+    key = (gpu.sm_count, gpu.peak_tflops[dtype], fraction, gpu.gemm_best_shape, gpu.gemm_tile,
+           gpu.gemm_tile_overhead_us, gpu.kernel_launch_us)
+    if key not in _RATE_CACHE:
+        _RATE_CACHE[key] = _solve_rate(gpu, gpu.peak_tflops[dtype] * 1e12, fraction)
+    return _RATE_CACHE[key], fraction
+
+
+_RATE_CACHE: dict[tuple, float] = {}
+
+
+def _solve_rate(gpu: GPUSpec, peak: float, fraction: float) -> float:
+    m, n, k = (np.asarray(float(x)) for x in gpu.gemm_best_shape)
+    target = 2.0 * m * n * k / (fraction * peak)
+    per_sm = fraction * peak / gpu.sm_count
+    for _ in range(20):
+        per_sm *= float(_kernel_time(gpu, m, n, k, 1, per_sm)) / float(target)
+    return per_sm
 
 
 def gemm_efficiency(gpu: GPUSpec, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str = "bf16",
                     count: ArrayLike = 1) -> np.ndarray:
     """Fraction of the dtype's peak a GEMM (m×k)·(k×n) reaches, before the HBM roofline.
 
-    Best measured GEMM / peak (MAMF) × tile and wave quantisation × a short-K penalty; the kernel
-    library picks the better of the two tile orientations. `count` identical GEMMs run as one grouped
-    kernel (experts), so their tiles share the waves.
+    Tile/wave quantisation, per-tile and per-kernel overhead at the steady-state rate backed out of the
+    best measured GEMM; never above that measurement (it is the best over all shapes). `count` identical
+    GEMMs run as one grouped kernel (experts), so their tiles share the waves.
     """
-    tm, tn = gpu.gemm_tile
+    per_sm, fraction = _steady_rate(gpu, dtype)
     m = np.maximum(np.asarray(m, dtype=float), 1.0)
     n = np.maximum(np.asarray(n, dtype=float), 1.0)
     k = np.maximum(np.asarray(k, dtype=float), 1.0)
-    shape = np.maximum(_tile_efficiency(gpu, m, n, k, count, tm, tn),
-                       _tile_efficiency(gpu, m, n, k, count, tn, tm))
-    ceiling = gpu.gemm_peak_fraction.get(dtype, gpu.gemm_peak_fraction.get("bf16", 0.75))
-    return ceiling * shape
+    t = _kernel_time(gpu, m, n, k, count, per_sm)
+    eff = 2.0 * m * n * k * count / (t * gpu.peak_tflops[dtype] * 1e12)
+    return np.minimum(eff, fraction)
 
 
 def gemm_time(gpu: GPUSpec, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str = "bf16",
               count: ArrayLike = 1) -> np.ndarray:
-    """Seconds for `count` GEMMs of shape (m×k)·(k×n): max of tensor-core time and HBM traffic."""
+    """Seconds for `count` GEMMs of shape (m×k)·(k×n): the slower of tensor-core time and HBM traffic."""
     m = np.asarray(m, dtype=float)
     n = np.asarray(n, dtype=float)
     k = np.asarray(k, dtype=float)
@@ -75,14 +119,14 @@ def gemm_time(gpu: GPUSpec, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str
     compute = flops / (gpu.peak_tflops[dtype] * 1e12 * gemm_efficiency(gpu, m, n, k, dtype, count))
     in_bytes = 1.0 if dtype == "fp8" else 2.0
     traffic = ((m * k + k * n) * in_bytes + m * n * 2.0) * count
-    memory = traffic / (gpu.hbm_tbps * 1e12 * gpu.hbm_efficiency)
-    return np.maximum(np.maximum(compute, memory), gpu.kernel_min_us * 1e-6)
+    memory = traffic / (gpu.hbm_tbps * 1e12 * gpu.hbm_efficiency) + gpu.kernel_launch_us * 1e-6
+    return np.maximum(compute, memory)
 
 
 def memory_bound_time(gpu: GPUSpec, nbytes: ArrayLike, kernels: ArrayLike = 1) -> np.ndarray:
-    """Seconds to stream `nbytes` through HBM in `kernels` element-wise kernels."""
+    """Seconds to stream `nbytes` through HBM in `kernels` element-wise kernels (each pays its launch)."""
     stream = np.asarray(nbytes, dtype=float) / (gpu.hbm_tbps * 1e12 * gpu.hbm_efficiency)
-    return np.maximum(stream, np.asarray(kernels, dtype=float) * gpu.kernel_min_us * 1e-6)
+    return stream + np.asarray(kernels, dtype=float) * gpu.kernel_launch_us * 1e-6
 
 
 def attention_efficiency(gpu: GPUSpec, kv_len: ArrayLike, backward: bool = False) -> np.ndarray:
@@ -111,15 +155,50 @@ def _scaleup_busbw(cluster: ClusterSpec, per_domain: np.ndarray, kind: Collectiv
     return np.maximum(bw, 1e-9)
 
 
+NCCL_BASE_US = 8.4
+"""NCCL 2.30 tuning.cc baseLat for Ring and Tree with the Simple protocol (bandwidth-bound messages)."""
+
+RING_ALLREDUCE_MULTINODE = 1.4
+"""tuning.cc multiplies multi-node ring Simple all-reduce latency by 1.4 on SM80+ ("plateau effect")."""
+
+
+def _latency(cluster: ClusterSpec, kind: Collective, n: np.ndarray, g: np.ndarray, k: np.ndarray,
+             nvls: np.ndarray) -> np.ndarray:
+    """Seconds of latency of one collective after NCCL's own model (tuning.cc, ``reference/hardware.md``
+    §6.3): base + steps × per-link hop latency, for the ring, tree/PAT and NVLS algorithms; NCCL picks the
+    fastest, and all of them move the same bytes in the hierarchical bandwidth model."""
+    up, out = cluster.scaleup, cluster.scaleout
+    multi = k > 1
+    log_k = np.log2(np.maximum(k, 1))
+    if kind is Collective.ALL_REDUCE:
+        intra_ring = NCCL_BASE_US + 2 * (g - 1) * up.ring_step_us
+        nvls_lat = np.where(nvls, up.nvls_us or 0.0, np.inf)
+        ring = RING_ALLREDUCE_MULTINODE * (NCCL_BASE_US + 2 * (n - k) * up.ring_step_us
+                                           + 2 * (k - 1) * out.ring_step_us)
+        tree = NCCL_BASE_US + 2 * ((g - 1) * up.tree_step_us + log_k * out.tree_step_us)
+        lat = np.where(multi, np.minimum(ring, tree), np.minimum(intra_ring, nvls_lat))
+    elif kind in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
+        ring = NCCL_BASE_US + (n - k) * up.ring_step_us + (k - 1) * out.ring_step_us
+        pat = np.where(g == 1, NCCL_BASE_US + log_k * out.ring_step_us, np.inf)  # PAT: one rank per node
+        lat = np.minimum(ring, pat)
+    else:  # all-to-all and send/recv: the sends of a group proceed together, one hop deep
+        lat = NCCL_BASE_US + np.where(multi, out.ring_step_us, up.ring_step_us)
+    return lat * 1e-6
+
+
 def collective_time(cluster: ClusterSpec, kind: Collective, nbytes: ArrayLike, ranks: ArrayLike,
-                    per_domain: ArrayLike) -> np.ndarray:
-    """Seconds for one collective of S = `nbytes` over `ranks` GPUs, `per_domain` of them in each scale-up
-    domain (1 when every member sits in a different node). A group of one rank costs nothing."""
+                    per_domain: ArrayLike, count: ArrayLike = 1) -> np.ndarray:
+    """Seconds to move S = `nbytes` in `count` equal collectives over `ranks` GPUs, `per_domain` of them in
+    each scale-up domain (1 when every member sits in a different node): count × latency plus the
+    bandwidth time of S. A group of one rank costs nothing."""
     s = np.asarray(nbytes, dtype=float)
     n = np.maximum(np.asarray(ranks, dtype=float), 1.0)
     g = np.clip(np.asarray(per_domain, dtype=float), 1.0, n)
     k = n / g
-    b_in = _scaleup_busbw(cluster, np.broadcast_to(g, np.broadcast(g, s).shape), kind) * 1e9
+    shape = np.broadcast(g, s).shape
+    g_b = np.broadcast_to(g, shape)
+    b_in = _scaleup_busbw(cluster, g_b, kind) * 1e9
+    nvls = (kind is Collective.ALL_REDUCE) & (cluster.scaleup.allreduce_busbw_gbps is not None) & (g_b > 4)
     b_out = cluster.scaleout.busbw_gbps * 1e9
     if kind is Collective.ALL_REDUCE:
         inside = 2 * (g - 1) / g * s / b_in
@@ -133,11 +212,5 @@ def collective_time(cluster: ClusterSpec, kind: Collective, nbytes: ArrayLike, r
     else:  # SEND_RECV: one peer, inside the domain when per_domain > 1
         inside = np.where(g > 1, s / b_in, 0.0)
         across = np.where(g > 1, 0.0, s / b_out)
-    multi = k > 1
-    alpha = np.where(
-        multi,
-        cluster.scaleout.latency_us + 2 * np.log2(np.maximum(k, 1)) * cluster.scaleout.hop_latency_us,
-        cluster.scaleup.latency_us,
-    ) * 1e-6
-    t = alpha + np.maximum(inside, across)
+    t = np.asarray(count, dtype=float) * _latency(cluster, kind, n, g, k, nvls) + np.maximum(inside, across)
     return np.where((n > 1) | (kind is Collective.SEND_RECV), t, 0.0)

@@ -8,8 +8,10 @@ A cluster file has the preset schema (see parplan/data/hardware/h100.yaml)::
     gpu: {name, arch, sm_count, peak_tflops: {bf16, fp16, fp8, tf32}, hbm_gib, hbm_tbps,
           gemm_peak_fraction: {...}, attention_fwd_fraction, ...}
     node: {gpus_per_node, scaleup_domain}
-    scaleup: {name, bandwidth_gbps, busbw_gbps, allreduce_busbw_gbps, latency_us, per_peer_gbps}
-    scaleout: {name, bandwidth_gbps, busbw_gbps, latency_us, hop_latency_us}
+    scaleup: {name, bandwidth_gbps, busbw_gbps, allreduce_busbw_gbps, ring_step_us, tree_step_us, nvls_us,
+              per_peer_gbps}
+    scaleout: {name, bandwidth_gbps, busbw_gbps, ring_step_us, tree_step_us}
+    calibration: {compute_scale, nvlink_overlap_cost, nic_overlap_cost}   # optional, from parplan calibrate
     sources: {field.path: "where the number comes from"}
 """
 
@@ -24,9 +26,9 @@ import yaml
 
 from parplan._resources import data_dir
 from parplan.errors import ConfigError, UnknownPresetError
-from parplan.hardware.spec import ClusterSpec, GPUSpec, LinkSpec
+from parplan.hardware.spec import Calibration, ClusterSpec, GPUSpec, LinkSpec
 
-_TOP = {"name", "base", "description", "gpu", "node", "scaleup", "scaleout", "sources", "gpus"}
+_TOP = {"name", "base", "description", "gpu", "node", "scaleup", "scaleout", "calibration", "sources", "gpus"}
 
 
 def preset_names() -> list[str]:
@@ -84,7 +86,9 @@ def _spec(cls: type, raw: Any, file: str, section: str) -> Any:
             bad = not isinstance(value, dict) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values())
         elif kind.startswith("tuple"):
-            bad = not isinstance(value, (list, tuple)) or len(value) != 2
+            size = kind.count(",") + 1
+            bad = not isinstance(value, (list, tuple)) or len(value) != size or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value)
             value = tuple(value) if not bad else value
         if bad:
             raise ConfigError(f"wrong type: {value!r}", file=file, field=f"{section}.{name}")
@@ -132,6 +136,7 @@ def cluster_from_dict(data: dict[str, Any], *, file: str, gpus: int | None = Non
         scaleup_domain=domain,
         scaleup=_spec(LinkSpec, data["scaleup"], file, "scaleup"),
         scaleout=_spec(LinkSpec, data["scaleout"], file, "scaleout"),
+        calibration=_spec(Calibration, data.get("calibration") or {}, file, "calibration"),
         sources={str(k): str(v) for k, v in sources.items()},
         source=file,
     )

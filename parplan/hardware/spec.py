@@ -32,13 +32,18 @@ class GPUSpec:
     hbm_efficiency: float = 0.85
     """Fraction of hbm_tbps that memory-bound kernels reach."""
     gemm_peak_fraction: dict[str, float] = field(default_factory=dict)
-    """Best measured GEMM throughput / peak per dtype (MAMF, ml-engineering); the GEMM curve's ceiling."""
+    """Best measured GEMM throughput / peak per dtype (MAMF, ml-engineering), reached at `gemm_best_shape`."""
+    gemm_best_shape: tuple[int, int, int] = (4096, 4096, 4096)
+    """M, N, K at which gemm_peak_fraction was measured; the curve's ceiling is backed out of it."""
     gemm_tile: tuple[int, int] = (128, 256)
     """Output tile (rows, columns) of the GEMM kernels, for tile and wave quantisation."""
-    gemm_k_overhead: int = 128
-    """Per-tile prologue/epilogue cost expressed as extra K elements: eff ∝ K / (K + this)."""
-    kernel_min_us: float = 4.0
-    """Shortest time any kernel takes (launch and tail), microseconds."""
+    gemm_tile_overhead_us: float = 3.0
+    """Time per tile outside the K loop (epilogue store of the bf16 tile at the SM's share of HBM
+    bandwidth, pipeline fill), microseconds."""
+    kernel_launch_us: float = 4.0
+    """Fixed cost of every kernel on the GPU (launch, ramp-up and tail), microseconds: cuBLAS reaches
+    1006 TFLOP/s on a 2048³ bf16 GEMM on B200 where the tile model alone gives 1301 (pyptx.dev
+    performance page); the 4 µs difference is this overhead."""
     attention_fwd_fraction: float = 0.6
     """Flash-attention forward throughput / bf16 peak at long sequence."""
     attention_bwd_fraction: float = 0.45
@@ -70,12 +75,28 @@ class LinkSpec:
     """Achieved ring bus bandwidth for large messages (nccl-tests busbw), GB/s."""
     allreduce_busbw_gbps: float | None = None
     """All-reduce bus bandwidth when the switch reduces in-network (NVLS/SHARP); None = ring."""
-    latency_us: float = 15.0
-    """Per-collective latency (α), microseconds."""
-    hop_latency_us: float = 0.0
-    """Extra latency per tree level, microseconds: α grows by 2·log2(ranks)·this across nodes."""
+    ring_step_us: float = 3.4
+    """Latency of one ring step over this link, microseconds (NCCL 2.30 tuning.cc hwLat, Simple protocol:
+    NVLink 3.4, PCIe 5.7, network 14.0)."""
+    tree_step_us: float = 4.0
+    """Latency of one tree level over this link, microseconds (NCCL hwLat Tree/Simple: NVLink 4.0, net 14.0)."""
+    nvls_us: float | None = None
+    """Latency of an in-switch (NVLS) reduction over this link, microseconds (NCCL: NVLink 25, net 18)."""
     per_peer_gbps: float | None = None
     """Full-mesh fabrics (MI300X xGMI): bandwidth to one peer, GB/s; a group of g GPUs gets (g-1)×."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Calibration:
+    """The few global knobs that `parplan calibrate` fits to a user's measured steps (defaults: priors)."""
+
+    compute_scale: float = 1.0
+    """Multiplies every GEMM and attention efficiency (1.0 = the measured-kernel curves as they are)."""
+    nvlink_overlap_cost: float = 0.15
+    """Share of compute throughput lost while NVLink communication overlaps it (Calculon's processor_usage
+    for NVLink tiers, systems/*.json)."""
+    nic_overlap_cost: float = 0.02
+    """Same for communication over the NIC (Calculon: 2% for InfiniBand tiers)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +114,7 @@ class ClusterSpec:
     """NVLink / xGMI inside the scale-up domain."""
     scaleout: LinkSpec
     """NIC per GPU between scale-up domains."""
+    calibration: Calibration = field(default_factory=Calibration)
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     """Field path -> where the number comes from."""
     source: str = field(default="", compare=False)
@@ -132,5 +154,6 @@ class ClusterSpec:
             "sm_count": g.sm_count,
             "scaleup": dataclasses.asdict(self.scaleup),
             "scaleout": dataclasses.asdict(self.scaleout),
+            "calibration": dataclasses.asdict(self.calibration),
             "sources": dict(self.sources),
         }

@@ -96,9 +96,17 @@ def _dtype(f: _Fields) -> str | None:
     return str(value) if value is not None else None
 
 
+_DROPOUT_KEYS = ("attn_pdrop", "resid_pdrop", "attention_dropout", "hidden_dropout", "hidden_dropout_prob")
+
+
+def _dropout(f: _Fields) -> bool:
+    return any(f.float(key, 0.0) > 0 for key in _DROPOUT_KEYS)
+
+
 def _common(f: _Fields, name: str, family: str, **kw: Any) -> dict[str, Any]:
     theta, scaling = _rope(f)
     base = {
+        "dropout": _dropout(f),
         "name": name,
         "family": family,
         "rope_theta": theta,

@@ -207,6 +207,8 @@ class ModelSpec:
     """A norm right after the input embedding (BLOOM)."""
     mtp_layers: int = 0
     """DeepSeek multi-token-prediction layers, trained with the model (excluded from params_total)."""
+    dropout: bool = False
+    """Dropout in attention and after the residual branches (GPT-2/3 era): 1-byte masks in memory."""
     rope_theta: float | None = None
     """Rotary base (None when positions are not rotary); exported as Megatron --rotary-base."""
     rope_scaling: str | None = None

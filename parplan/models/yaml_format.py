@@ -12,6 +12,7 @@ Schema (documented in README.md)::
     position: rope            # rope | learned | alibi
     rope_theta: 500000        # optional
     mtp_layers: 0             # optional, DeepSeek multi-token prediction
+    dropout: false            # optional, dropout masks (GPT-2/3 era)
     attention:
       heads: 32
       kv_heads: 8             # optional, default = heads
@@ -93,7 +94,7 @@ def _build(cls: type, d: dict[str, Any], file: str, prefix: str, skip: frozenset
 
 def model_from_yaml_dict(data: Any, *, name: str, file: str) -> ModelSpec:
     top = {"name", "hidden", "layers", "vocab", "max_position", "tied_embeddings", "norm", "position",
-           "rope_theta", "rope_scaling", "embedding_norm", "mtp_layers", "attention", "mlp", "moe", "dtype"}
+           "rope_theta", "rope_scaling", "embedding_norm", "mtp_layers", "dropout", "attention", "mlp", "moe", "dtype"}
     _check_keys(data, top, {"hidden", "layers", "vocab", "attention", "mlp"}, file, "")
     kw = _build(ModelSpec, {k: v for k, v in data.items() if k not in ("attention", "mlp", "moe")}, file, "",
                 skip=frozenset({"family", "source", "attention", "mlp", "moe"}), optional=frozenset({"name"}))

@@ -1,0 +1,234 @@
+"""Communication of each parallel dimension, and how much of it the step actually waits for.
+
+Volumes follow ``reference/formulas.md`` §4 (message S in nccl-tests' convention, see
+hardware.efficiency.collective_time); the link level each collective lands on follows from the rank
+placement in context.py. Overlap is modelled, not assumed:
+
+- TP: on the critical path (Megatron runs it between dependent GEMMs), except the backward re-gather of
+  the sequence-parallel input, which overlaps the data-grad GEMM; with --tp-comm-overlap it hides behind
+  the layer's GEMMs.
+- CP: ring passes of K/V blocks overlap the attention of the block before (Megatron context_parallel.rst).
+- EP: dispatch and combine wait on the router and feed the experts: exposed, except under DualPipe and
+  DualPipeV whose paired micro-batch computes while they run.
+- PP: point-to-point per micro-batch; exposed under 1F1B/ZB, overlapped by the interleaved and DualPipe
+  schedules.
+- DP: Megatron --overlap-grad-reduce reduces buckets during the last micro-batch's backward and
+  --overlap-param-gather gathers during the next forward, so only what exceeds that window, and at least
+  the last bucket, is exposed. ZeRO-2 reduces every micro-batch; ZeRO-3 also gathers parameters for each
+  micro-batch's forward and backward (prefetched).
+Overlapped communication still steals a share of the compute throughput (Calibration.*_overlap_cost).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from parplan.hardware.efficiency import Collective, collective_time
+from parplan.models.spec import LayerKind
+from parplan.planner.context import ACT_BYTES, Ctx
+from parplan.planner.schedule import S_1F1B, S_DUALPIPE, S_DUALPIPEV, S_ZBH1
+
+GRAD_BYTES = 4
+"""Gradients are reduced in fp32 (Megatron's main-grad buffer under bf16; torchtitan's default
+mixed_precision_reduce = float32)."""
+
+PARAM_GATHER_BYTES = 2
+"""Parameters are gathered in bf16."""
+
+
+def ddp_bucket_params(dp: np.ndarray) -> np.ndarray:
+    """Megatron DDP bucket size: max(40M, 1M × dp) parameters (DistributedDataParallelConfig)."""
+    return np.maximum(40e6, 1e6 * dp)
+
+
+ZERO3_BUCKET_PARAMS = 5e7
+"""ZeRO-3 gathers parameters at most this many at a time (DeepSpeed stage3_prefetch_bucket_size default,
+ecosystem.md A3); FSDP gathers one transformer block per collective. The finer of the two sets how many
+collectives, and latencies, one pass over the parameters costs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    """Seconds of one communication class: total time on the wire and the part the step waits for."""
+
+    total: np.ndarray
+    exposed: np.ndarray
+
+    @property
+    def hidden(self) -> np.ndarray:
+        return self.total - self.exposed
+
+
+def _overlap(comm: np.ndarray, window: np.ndarray, cost: float) -> np.ndarray:
+    """Exposed time of `comm` run beside `window` seconds of compute, plus the compute it slows."""
+    return np.maximum(comm - window, 0.0) + cost * np.minimum(comm, window)
+
+
+def _in_domain(ranks_in_domain: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    return ranks_in_domain >= ranks
+
+
+def _cost(ctx: Ctx, inside: np.ndarray) -> np.ndarray:
+    cal = ctx.cluster.calibration
+    return np.where(inside, cal.nvlink_overlap_cost, cal.nic_overlap_cost)
+
+
+def tp_layer(ctx: Ctx, kind: LayerKind, gemm_f: np.ndarray, gemm_b: np.ndarray) -> tuple[Comm, Comm]:
+    """TP communication of one layer per micro-batch: (forward, backward).
+
+    Without SP: two all-reduces of s·b·h per direction (Shoeybi 2019 §3). With SP: each becomes an
+    all-gather plus a reduce-scatter, and backward re-gathers the sharded inputs of the column-parallel
+    GEMMs for their weight grads (Korthikanti §4; Megatron layers.py). An MoE layer with tp > 1 keeps
+    its tokens sequence-sharded through the experts, so only attention (and shared experts) talk over TP.
+    """
+    model = ctx.model
+    t, dom = ctx.t, ctx.tp_domain
+    msg = ctx.tokens * model.hidden * ACT_BYTES
+    a = model.attention
+    # MLA gathers the compressed q/kv latents before the up-projections instead of the hidden states.
+    gather = (ctx.tokens * (a.mla.q_lora_rank + a.mla.kv_lora_rank + a.mla.qk_rope_head_dim) * ACT_BYTES
+              if a.mla and a.mla.q_lora_rank else msg)
+    pairs = 2.0 if kind is LayerKind.DENSE else (1.0 + (model.moe.shared_experts > 0 if model.moe else 0))
+    ar = collective_time(ctx.cluster, Collective.ALL_REDUCE, msg, t, dom)
+    ag_attn = collective_time(ctx.cluster, Collective.ALL_GATHER, gather, t, dom)
+    ag = collective_time(ctx.cluster, Collective.ALL_GATHER, msg, t, dom)
+    rs = collective_time(ctx.cluster, Collective.REDUCE_SCATTER, msg, t, dom)
+    sp_dir = ag_attn + rs + (pairs - 1) * (ag + rs)
+    fwd = np.where(ctx.sp, sp_dir, pairs * ar)
+    regather = np.where(ctx.sp, ag_attn + (pairs - 1) * ag, 0.0)
+    bwd = fwd + regather
+    cost = ctx.cluster.calibration.nvlink_overlap_cost
+    overlap = ctx.lay.tp_overlap & ctx.sp
+    fwd_exposed = np.where(overlap, _overlap(fwd, gemm_f, cost), fwd)
+    bwd_exposed = np.where(overlap, _overlap(bwd, gemm_b, cost), fwd + _overlap(regather, gemm_b / 2, cost))
+    on = t > 1
+    return (Comm(np.where(on, fwd, 0.0), np.where(on, fwd_exposed, 0.0)),
+            Comm(np.where(on, bwd, 0.0), np.where(on, bwd_exposed, 0.0)))
+
+
+def cp_layer(ctx: Ctx, attn_f: np.ndarray, attn_b: np.ndarray) -> tuple[Comm, Comm]:
+    """Ring attention: cp−1 passes of the local K/V block forward, K/V plus dK/dV backward
+    (formulas.md §4.5); each pass overlaps the attention of one block (1/cp of the layer's)."""
+    a = ctx.model.attention
+    width = a.kv_cache_width / ctx.t
+    block = ctx.tokens * width * ACT_BYTES
+    inside = _in_domain(ctx.cp_domain, ctx.c)
+    step = collective_time(ctx.cluster, Collective.SEND_RECV, block, 2, np.where(inside, 2.0, 1.0))
+    steps = ctx.c - 1
+    cost = _cost(ctx, inside)
+    fwd_total = steps * step
+    bwd_total = steps * 2 * step
+    fwd = Comm(fwd_total, steps * _overlap(step, attn_f / ctx.c, cost))
+    bwd = Comm(bwd_total, steps * _overlap(2 * step, attn_b / ctx.c, cost))
+    return fwd, bwd
+
+
+def ep_layer(ctx: Ctx, overlap_window_f: np.ndarray, overlap_window_b: np.ndarray) -> tuple[Comm, Comm]:
+    """EP all-to-all of one MoE layer per micro-batch: dispatch and combine in each direction, each moving
+    the k routed copies of the rank's tokens, (ep−1)/ep of them to other ranks (formulas.md §4.4).
+    With etp > 1 the ETP group also gathers the routed tokens and reduce-scatters the expert outputs."""
+    moe = ctx.model.moe
+    if moe is None:
+        zero = np.zeros(len(ctx.lay))
+        return Comm(zero, zero), Comm(zero, zero)
+    copies = ctx.tokens_moe * moe.top_k * ctx.model.hidden * ACT_BYTES
+    a2a = collective_time(ctx.cluster, Collective.ALL_TO_ALL, copies, ctx.e, ctx.ep_domain)
+    etp_dom = np.minimum(ctx.et, ctx.cluster.scaleup_domain).astype(float)
+    etp = (collective_time(ctx.cluster, Collective.ALL_GATHER, copies * ctx.et, ctx.et, etp_dom)
+           + collective_time(ctx.cluster, Collective.REDUCE_SCATTER, copies * ctx.et, ctx.et, etp_dom))
+    per_dir = 2 * a2a + etp
+    dual = (ctx.lay.schedule == S_DUALPIPE) | (ctx.lay.schedule == S_DUALPIPEV)  # paired micro-batch computes
+    cost = _cost(ctx, _in_domain(ctx.ep_domain, ctx.e))
+    fwd = Comm(per_dir, np.where(dual, _overlap(per_dir, overlap_window_f, cost), per_dir))
+    bwd = Comm(per_dir, np.where(dual, _overlap(per_dir, overlap_window_b, cost), per_dir))
+    return fwd, bwd
+
+
+def pp_microbatch(ctx: Ctx) -> Comm:
+    """Activations forward and their gradients backward across one stage boundary per micro-batch,
+    s·b·h (÷tp with sequence parallelism, Megatron's scatter-gather) each way (formulas.md §4.2)."""
+    msg = ctx.tokens * ctx.model.hidden * ACT_BYTES / np.where(ctx.sp, ctx.t, 1)
+    one = collective_time(ctx.cluster, Collective.SEND_RECV, msg, 2, np.where(ctx.pp_same_domain, 2.0, 1.0))
+    total = np.where(ctx.p > 1, 2 * one * ctx.v, 0.0)
+    waits = (ctx.lay.schedule == S_1F1B) | (ctx.lay.schedule == S_ZBH1)  # interleaved/DualPipe overlap p2p
+    exposed = np.where(waits & (ctx.p > 1), 2 * one, 0.0)
+    return Comm(total, exposed)
+
+
+def pp_bubble_transfers(ctx: Ctx) -> np.ndarray:
+    """Fill and drain of the pipeline also wait for p−1 transfers each way."""
+    msg = ctx.tokens * ctx.model.hidden * ACT_BYTES / np.where(ctx.sp, ctx.t, 1)
+    one = collective_time(ctx.cluster, Collective.SEND_RECV, msg, 2, np.where(ctx.pp_same_domain, 2.0, 1.0))
+    return np.where(ctx.p > 1, 2 * (ctx.p - 1) * one, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class DataParallel:
+    """Per step: gradient reduction and parameter gathering over the data-parallel groups."""
+
+    grad: Comm
+    param: Comm
+
+
+def dp_step(ctx: Ctx, dense_params: np.ndarray, expert_params: np.ndarray, layers: np.ndarray, t_f: np.ndarray,
+            t_b: np.ndarray, compute_f: np.ndarray, compute_b: np.ndarray) -> DataParallel:
+    """Data-parallel traffic of one rank per step.
+
+    dense_params / expert_params: parameters this rank holds (before ZeRO sharding), in `layers` layers;
+    each is reduced in Megatron's DDP buckets (one collective latency per bucket); dense gradients
+    reduce over the cp·dp group (CP ranks hold the same weights), expert gradients over the expert-DP
+    group (formulas.md §4.3). t_f / t_b: the rank's forward / backward time of one micro-batch (the
+    overlap windows); compute_f / compute_b: its compute only (the window ZeRO-3 prefetch hides behind).
+    """
+    zero = ctx.lay.zero
+    m = ctx.m.astype(float)
+    n_d, n_e = ctx.c * ctx.dp, ctx.edp
+    cl = ctx.cluster
+
+    total_params = np.maximum(dense_params + expert_params, 1.0)
+    buckets_d = np.ceil(dense_params / ddp_bucket_params(n_d))
+    buckets_e = np.ceil(expert_params / ddp_bucket_params(n_e))
+    # ZeRO-3 collectives per pass: per block or per prefetch bucket, whichever is finer.
+    z3_d = np.maximum(layers, np.ceil(dense_params / ZERO3_BUCKET_PARAMS))
+    z3_e = np.maximum(np.where(expert_params > 0, layers, 0), np.ceil(expert_params / ZERO3_BUCKET_PARAMS))
+
+    def group(kind: Collective, params: np.ndarray, nbytes: int, n: np.ndarray, dom: np.ndarray,
+              count: np.ndarray) -> np.ndarray:
+        return collective_time(cl, kind, params * nbytes, n, dom, count)
+
+    rs_d = group(Collective.REDUCE_SCATTER, dense_params, GRAD_BYTES, n_d, ctx.dp_domain, buckets_d)
+    rs_e = group(Collective.REDUCE_SCATTER, expert_params, GRAD_BYTES, n_e, ctx.edp_domain, buckets_e)
+    ar_d = group(Collective.ALL_REDUCE, dense_params, GRAD_BYTES, n_d, ctx.dp_domain, buckets_d)
+    ar_e = group(Collective.ALL_REDUCE, expert_params, GRAD_BYTES, n_e, ctx.edp_domain, buckets_e)
+    ag_d = group(Collective.ALL_GATHER, dense_params, PARAM_GATHER_BYTES, n_d, ctx.dp_domain, buckets_d)
+    ag_e = group(Collective.ALL_GATHER, expert_params, PARAM_GATHER_BYTES, n_e, ctx.edp_domain, buckets_e)
+    z3_rs = (group(Collective.REDUCE_SCATTER, dense_params, GRAD_BYTES, n_d, ctx.dp_domain, z3_d)
+             + group(Collective.REDUCE_SCATTER, expert_params, GRAD_BYTES, n_e, ctx.edp_domain, z3_e))
+    z3_ag = (group(Collective.ALL_GATHER, dense_params, PARAM_GATHER_BYTES, n_d, ctx.dp_domain, z3_d)
+             + group(Collective.ALL_GATHER, expert_params, PARAM_GATHER_BYTES, n_e, ctx.edp_domain, z3_e))
+    reduce_once = np.where(zero == 0, ar_d + ar_e, rs_d + rs_e)
+    gather_once = ag_d + ag_e
+    last_bucket = np.minimum(1.0, ddp_bucket_params(n_d) / total_params)
+    inside = _in_domain(ctx.dp_domain, n_d)
+    cost = _cost(ctx, inside)
+
+    # ZeRO 0/1: one reduction per step, overlapped with the last micro-batch's backward.
+    once_exposed = np.maximum(_overlap(reduce_once, t_b, cost), last_bucket * reduce_once)
+    # ZeRO 1/2: updated parameters gathered once per step, overlapped with the first forward.
+    param_exposed = np.maximum(_overlap(gather_once, t_f, cost), last_bucket * gather_once)
+    # ZeRO-3: gather before each forward and each backward and reduce-scatter after it, every
+    # micro-batch, prefetched behind that micro-batch's compute; the exposure is split pro rata.
+    z3_comm = 2 * z3_ag + z3_rs
+    z3_exposed = m * _overlap(z3_comm, compute_f + compute_b, cost)
+    z3_grad_share = z3_rs / np.maximum(z3_comm, 1e-30)
+    grad = Comm(
+        np.select([zero == 3, zero == 2], [m * z3_rs, m * reduce_once], reduce_once),
+        np.select([zero == 3, zero == 2], [z3_exposed * z3_grad_share, m * once_exposed], once_exposed),
+    )
+    param = Comm(
+        np.select([zero == 3, zero >= 1], [m * 2 * z3_ag, gather_once], 0.0),
+        np.select([zero == 3, zero >= 1], [z3_exposed * (1 - z3_grad_share), param_exposed], 0.0),
+    )
+    return DataParallel(grad=grad, param=param)

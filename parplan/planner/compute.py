@@ -1,0 +1,253 @@
+"""Compute time of one transformer layer, the LM head and the optimizer, per micro-batch per rank.
+
+GEMMs come from the model's own list of linear layers (`ModelSpec.layer_linears`) at the shapes they
+have after the TP/ETP/EP splits, each timed with the GPU's GEMM curve (hardware.efficiency.gemm_time):
+forward Y = X·W (M×K)·(K×N), backward data-grad dX = dY·Wᵀ and weight-grad dW = Xᵀ·dY.
+Attention: flash attention at the GPU's measured efficiency (FLOPs: forward 2·(d_qk + d_v) per key per
+head, backward 2.5× forward as FlashAttention counts it, recomputing the scores), or the unfused
+kernels of Megatron before 2023 (batched GEMMs plus a memory-bound softmax over the s×s scores).
+Element-wise work (norms, residual adds, activation functions, RoPE, fp8 casts, MoE permutation) is
+HBM traffic; its byte counts per token are listed where they are computed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from parplan.hardware.efficiency import attention_efficiency, gemm_time, memory_bound_time
+from parplan.models.spec import Block, LayerKind, Shard
+from parplan.planner.context import ACT_BYTES, Ctx
+
+BACKWARD_ELEMENTWISE = 2.0
+"""Backward of an element-wise op reads its saved input and the incoming gradient and writes a gradient:
+about twice the forward traffic (hand count for norm, add and activation kernels)."""
+
+ELEMENTWISE_KERNELS = 12
+"""Element-wise kernels in one layer's forward (2 norms, 2 residual adds, activation, RoPE, casts...);
+backward launches twice as many. Each costs at least GPUSpec.kernel_min_us."""
+
+ADAM_BYTES_PER_PARAM = 34
+"""Optimizer step traffic per local parameter: read fp32 grad, master, m, v (16 B), write master, m, v
+(12 B) and the bf16 copy (2 B), plus the gradient-norm pass (4 B). Memory-bound (Megatron fused Adam)."""
+
+CROSS_ENTROPY_BYTES = (10, 8)
+"""Forward / backward bytes per logit of the vocab-parallel cross entropy: bf16 logits read (2), fp32
+softmax written and read back (8); backward reads the softmax and writes the bf16 gradient."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayerTime:
+    """Seconds per micro-batch on one rank for one layer (arrays over layouts)."""
+
+    gemm_f: np.ndarray
+    gemm_b: np.ndarray
+    """Backward GEMMs: data-grad plus weight-grad."""
+    gemm_w: np.ndarray
+    """The weight-grad part of gemm_b (what zero-bubble schedules defer)."""
+    attn_f: np.ndarray
+    attn_b: np.ndarray
+    elem_f: np.ndarray
+    elem_b: np.ndarray
+    flops_f: np.ndarray
+    """Executed forward FLOPs (GEMMs and attention core) on this rank, for HFU."""
+
+    @property
+    def forward(self) -> np.ndarray:
+        return self.gemm_f + self.attn_f + self.elem_f
+
+    @property
+    def backward(self) -> np.ndarray:
+        return self.gemm_b + self.attn_b + self.elem_b
+
+
+def _gemm_shapes(ctx: Ctx, kind: LayerKind):
+    """(linear, M, N, K, count) per linear layer of a layer kind, after the parallel splits."""
+    model, t, et, e = ctx.model, ctx.t, ctx.et, ctx.e
+    out = []
+    for lin in model.layer_linears(kind):
+        count: np.ndarray | float = 1.0
+        if lin.block is Block.EXPERTS:
+            # Uniform routing: each of the E/ep local experts gets ep·etp·T·k/E tokens (the ETP group
+            # gathers its tokens) and holds 1/etp of the expert's hidden width.
+            m = ctx.tokens_moe * et * e * lin.tokens_fraction
+            count = lin.instances / e
+            n, k = (lin.d_out / et, lin.d_in) if lin.shard is Shard.COLUMN else (lin.d_out, lin.d_in / et)
+        elif lin.shard is Shard.REPLICATED:
+            # Router, shared-expert gate and MLA down-projections run on the sequence-parallel shard.
+            m = ctx.tokens_moe if lin.block in (Block.ROUTER, Block.SHARED_EXPERTS) else ctx.tokens_sp
+            n, k = lin.d_out, lin.d_in
+        elif lin.shard is Shard.COLUMN:
+            m, n, k = ctx.tokens, lin.d_out / t, lin.d_in
+        else:
+            m, n, k = ctx.tokens, lin.d_out, lin.d_in / t
+        out.append((lin, m, n, k, count))
+    return out
+
+
+def _gemm(ctx: Ctx, m, n, k, count, fp8_allowed: bool = True) -> np.ndarray:
+    """GEMM time in the layout's precision (fp8 where the layout asks for it and the GPU has it)."""
+    gpu = ctx.cluster.gpu
+    bf16 = gemm_time(gpu, m, n, k, "bf16", count)
+    if not (fp8_allowed and gpu.supports_fp8 and ctx.fp8.any()):
+        return bf16
+    return np.where(ctx.fp8, gemm_time(gpu, m, n, k, "fp8", count), bf16)
+
+
+GRAD_ACCUMULATION_BYTES = 8
+"""Every micro-batch's weight gradient is added into the fp32 main-grad buffer (Megatron's gradient
+accumulation fusion: the weight-grad GEMM reads and writes fp32, 8 B per weight element)."""
+
+FP8_CAST_BYTES = 5
+"""Per element of an fp8 GEMM operand: read bf16 (2 B), write the fp8 copy (1 B) and its transpose for the
+other GEMM of the pair (read 1 B, write 1 B; Hopper fp8 GEMMs take one layout only)."""
+
+
+def _gemms(ctx: Ctx, kind: LayerKind) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                               np.ndarray]:
+    """(forward, backward, weight-grad part, forward FLOPs, fp8 operand elements, weight elements)."""
+    scale = ctx.cluster.calibration.compute_scale
+    fwd = bwd = wgrad = flops = 0.0
+    fp8_inputs = weights = 0.0
+    for lin, m, n, k, count in _gemm_shapes(ctx, kind):
+        # The router stays in bf16 under fp8 recipes (Megatron/TE quantise the expert and dense linears).
+        quantised = lin.block is not Block.ROUTER
+        f = _gemm(ctx, m, n, k, count, quantised)
+        dg = _gemm(ctx, m, k, n, count, quantised)
+        wg = _gemm(ctx, k, n, m, count, quantised)
+        if quantised:
+            fp8_inputs = fp8_inputs + m * (k + n) * count  # activation (fwd) and gradient (bwd) casts
+        fwd = fwd + f / scale
+        bwd = bwd + (dg + wg) / scale
+        wgrad = wgrad + wg / scale
+        flops = flops + 2.0 * m * n * k * count
+        weights = weights + k * n * count
+    return fwd, bwd, wgrad, flops, fp8_inputs, weights
+
+
+def _attention(ctx: Ctx) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Attention core (QKᵀ, softmax, P·V) of one layer averaged over full and sliding layers.
+
+    Returns forward time, backward time and executed forward FLOPs."""
+    model, gpu = ctx.model, ctx.cluster.gpu
+    a = model.attention
+    heads = a.heads / ctx.t
+    d_qk, d_v = a.qk_head_dim, a.v_head_dim
+    share_sliding = a.sliding_layers / model.layers
+    peak = gpu.peak_tflops["bf16"] * 1e12 * ctx.cluster.calibration.compute_scale
+    fwd = bwd = flops = 0.0
+    for share, sliding in ((1 - share_sliding, False), (share_sliding, True)):
+        if share == 0:
+            continue
+        kv = np.array([model.attention_kv_tokens(float(x), sliding=sliding) for x in np.unique(ctx.s)])
+        kv = kv[np.searchsorted(np.unique(ctx.s), ctx.s)]
+        # Causal load balancing splits the work evenly over the cp ranks (Megatron context_parallel.rst).
+        f_flops = 2.0 * heads * (d_qk + d_v) * ctx.b * ctx.s * kv / ctx.c
+        block = ctx.s / ctx.c
+        if sliding and a.sliding_window:
+            block = np.minimum(block, a.sliding_window)
+        flash_f = f_flops / (peak * attention_efficiency(gpu, block))
+        flash_b = 2.5 * f_flops / (peak * attention_efficiency(gpu, block, backward=True))
+        # Unfused: the full s×s scores per head, batched GEMMs (bmm) plus a memory-bound softmax.
+        count = ctx.b * heads
+        s_q = ctx.s / ctx.c
+        qk = gemm_time(gpu, s_q, ctx.s, d_qk, "bf16", count)
+        pv = gemm_time(gpu, s_q, d_v, ctx.s, "bf16", count)
+        bwd_gemms = (gemm_time(gpu, s_q, ctx.s, d_v, "bf16", count) + gemm_time(gpu, s_q, d_v, ctx.s, "bf16", count)
+                     + gemm_time(gpu, s_q, d_qk, ctx.s, "bf16", count)
+                     + gemm_time(gpu, ctx.s, d_qk, s_q, "bf16", count))
+        scores = count * s_q * ctx.s
+        # fused scale-mask-softmax reads and writes the scores (4 B); dropout adds read, write, mask (5 B);
+        # backward: softmax grad reads probs and grad, writes grad (6 B), dropout grad 5 B.
+        drop = 5.0 if model.dropout else 0.0
+        soft_f = memory_bound_time(gpu, scores * (4.0 + drop), 2)
+        soft_b = memory_bound_time(gpu, scores * (6.0 + drop), 2)
+        unfused_f = (qk + pv) / ctx.cluster.calibration.compute_scale + soft_f
+        unfused_b = bwd_gemms / ctx.cluster.calibration.compute_scale + soft_b
+        unfused_flops = 2.0 * count * s_q * ctx.s * (d_qk + d_v)
+        fwd = fwd + share * np.where(ctx.flash, flash_f, unfused_f)
+        bwd = bwd + share * np.where(ctx.flash, flash_b, unfused_b)
+        flops = flops + share * np.where(ctx.flash, f_flops, unfused_flops)
+    return fwd, bwd, flops
+
+
+def _elementwise_bytes(ctx: Ctx, kind: LayerKind, fp8_inputs: np.ndarray) -> np.ndarray:
+    """Forward HBM bytes of the memory-bound kernels of one layer on one rank."""
+    model = ctx.model
+    h = model.hidden
+    a = model.attention
+    tr, tok = ctx.tokens_sp, ctx.tokens
+    # 2 norms: read + write (4 B/elem); 2 residual adds: read 2 inputs, write 1 (6 B/elem);
+    # dropout after each residual branch writes a 1-byte mask and reads/writes its input (5 B/elem).
+    nbytes = tr * h * (8.0 + 12.0 + (10.0 if model.dropout else 0.0))
+    q_w = a.heads * a.qk_head_dim / ctx.t
+    k_w = (a.heads * a.qk_head_dim if a.mla else a.kv_heads * a.head_dim) / ctx.t
+    if model.position == "rope":
+        nbytes = nbytes + 4.0 * tok * (q_w + k_w)  # rotate q and k in place: read + write
+    if a.qk_norm:
+        nbytes = nbytes + 4.0 * tok * (q_w + k_w)
+    act = 6.0 if model.mlp.gated else 4.0  # gated: read gate and up, write 1; plain: read, write
+    if kind is LayerKind.DENSE:
+        nbytes = nbytes + act * tok * model.mlp.ffn / ctx.t
+    else:
+        moe = model.moe
+        assert moe is not None
+        tm = ctx.tokens_moe
+        nbytes = nbytes + act * tm * moe.top_k * moe.expert_ffn
+        nbytes = nbytes + act * tok * moe.shared_experts * moe.shared_ffn / ctx.t
+        # permute k copies (read + write), unpermute and weight them back into one token (read k, write 1),
+        # router softmax/top-k in fp32 over the E scores.
+        nbytes = nbytes + tm * h * ACT_BYTES * (2 * moe.top_k + moe.top_k + 1) + tm * moe.experts * 8.0
+    # fp8 GEMM operands (activations forward, gradients backward: half each way) are cast from bf16.
+    return nbytes + np.where(ctx.fp8, FP8_CAST_BYTES * fp8_inputs / 2, 0.0)
+
+
+def layer_time(ctx: Ctx, kind: LayerKind) -> LayerTime:
+    """Forward/backward compute of one layer of `kind`, one micro-batch, one rank (no communication)."""
+    gpu = ctx.cluster.gpu
+    gemm_f, gemm_b, gemm_w, gemm_flops, fp8_inputs, weights = _gemms(ctx, kind)
+    attn_f, attn_b, attn_flops = _attention(ctx)
+    elem = _elementwise_bytes(ctx, kind, fp8_inputs)
+    elem_f = memory_bound_time(gpu, elem, ELEMENTWISE_KERNELS)
+    elem_b = memory_bound_time(gpu, BACKWARD_ELEMENTWISE * elem + GRAD_ACCUMULATION_BYTES * weights,
+                               2 * ELEMENTWISE_KERNELS)
+    return LayerTime(gemm_f=gemm_f, gemm_b=gemm_b, gemm_w=gemm_w, attn_f=attn_f, attn_b=attn_b,
+                     elem_f=elem_f, elem_b=elem_b, flops_f=gemm_flops + attn_flops)
+
+
+def head_time(ctx: Ctx) -> LayerTime:
+    """LM head GEMM (vocab-parallel over tp) and the cross entropy on the last pipeline stage."""
+    gpu = ctx.cluster.gpu
+    scale = ctx.cluster.calibration.compute_scale
+    h, vp = ctx.model.hidden, ctx.vocab_padded / ctx.t
+    m = ctx.tokens
+    # Megatron keeps the output layer in bf16 under fp8 recipes.
+    f = gemm_time(gpu, m, vp, h) / scale
+    dg = gemm_time(gpu, m, h, vp) / scale
+    wg = gemm_time(gpu, h, vp, m) / scale
+    logits = m * vp
+    zero = np.zeros_like(f)
+    return LayerTime(gemm_f=f, gemm_b=dg + wg, gemm_w=wg, attn_f=zero, attn_b=zero,
+                     elem_f=memory_bound_time(gpu, logits * CROSS_ENTROPY_BYTES[0], 3),
+                     elem_b=memory_bound_time(gpu, logits * CROSS_ENTROPY_BYTES[1], 2),
+                     flops_f=2.0 * m * vp * h)
+
+
+def mtp_extra_time(ctx: Ctx) -> LayerTime:
+    """DeepSeek MTP module beyond its transformer layer: the 2h -> h projection on the last stage."""
+    gpu = ctx.cluster.gpu
+    h = ctx.model.hidden
+    m = ctx.tokens_sp
+    f = gemm_time(gpu, m, h, 2 * h)
+    dg = gemm_time(gpu, m, 2 * h, h)
+    wg = gemm_time(gpu, 2 * h, h, m)
+    zero = np.zeros_like(f)
+    return LayerTime(gemm_f=f, gemm_b=dg + wg, gemm_w=wg, attn_f=zero, attn_b=zero,
+                     elem_f=memory_bound_time(gpu, m * h * 16.0, 4), elem_b=memory_bound_time(gpu, m * h * 32.0, 8),
+                     flops_f=4.0 * m * h * h)
+
+
+def optimizer_time(ctx: Ctx, local_params: np.ndarray) -> np.ndarray:
+    """Adam step over the parameters this rank updates (memory-bound)."""
+    return memory_bound_time(ctx.cluster.gpu, local_params * ADAM_BYTES_PER_PARAM, 4)

@@ -1,0 +1,100 @@
+"""Per-layout quantities every cost formula needs, computed once per batch of layouts.
+
+Rank placement (Megatron-Core default order, ``reference/ecosystem.md`` A2): tp is innermost, then cp,
+then dp, then pp; the expert grid on the same ranks is etp, ep, edp, pp. Consecutive ranks fill a
+scale-up domain (8 GPUs of an HGX node, 72 of a GB200 NVL72), so a group of n ranks spaced `stride`
+apart has min(n, domain // stride) members per domain (1 when stride >= domain).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from parplan.hardware.spec import ClusterSpec
+from parplan.models.spec import ModelSpec
+from parplan.planner.strategy import PRECISIONS, RECOMPUTE, Layouts
+
+FP8 = PRECISIONS.index("fp8")
+RC_NONE, RC_SELECTIVE, RC_FULL = (RECOMPUTE.index(x) for x in ("none", "selective", "full"))
+
+ACT_BYTES = 2
+"""bf16/fp16 activations (formulas.md conventions)."""
+
+
+def members_per_domain(domain: int, stride: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """Members of a group (size `ranks`, spacing `stride`) that share one scale-up domain."""
+    return np.clip(domain // np.maximum(stride, 1), 1, np.maximum(ranks, 1)).astype(float)
+
+
+@dataclass(frozen=True, slots=True)
+class Ctx:
+    model: ModelSpec
+    cluster: ClusterSpec
+    lay: Layouts
+    t: np.ndarray
+    """tp degree."""
+    p: np.ndarray
+    c: np.ndarray
+    e: np.ndarray
+    et: np.ndarray
+    v: np.ndarray
+    b: np.ndarray
+    """micro-batch size (sequences)."""
+    s: np.ndarray
+    """sequence length (tokens)."""
+    dp: np.ndarray
+    edp: np.ndarray
+    """expert data-parallel size = gpus / (etp·ep·pp)."""
+    m: np.ndarray
+    """micro-batches per step per pipeline."""
+    tokens: np.ndarray
+    """Tokens of one micro-batch on one rank: b·s/cp (what the TP-split GEMMs see)."""
+    tokens_sp: np.ndarray
+    """Tokens of the norm/residual regions on one rank: tokens/tp with sequence parallelism."""
+    tokens_moe: np.ndarray
+    """Tokens entering an MoE layer on one rank (sequence-parallel shard when tp > 1)."""
+    sp: np.ndarray
+    fp8: np.ndarray
+    flash: np.ndarray
+    recompute: np.ndarray
+    vocab_padded: np.ndarray
+    """Vocabulary padded to a multiple of 128·tp (Megatron --make-vocab-size-divisible-by 128)."""
+    tp_domain: np.ndarray
+    cp_domain: np.ndarray
+    dp_domain: np.ndarray
+    """Members per scale-up domain of the dense gradient group (cp·dp ranks, stride tp)."""
+    ep_domain: np.ndarray
+    edp_domain: np.ndarray
+    pp_same_domain: np.ndarray
+    """True where adjacent pipeline stages share a scale-up domain."""
+
+    @classmethod
+    def build(cls, model: ModelSpec, cluster: ClusterSpec, lay: Layouts) -> Ctx:
+        f = np.asarray
+        t, p, c, e, et = (f(x, dtype=np.int64) for x in (lay.tp, lay.pp, lay.cp, lay.ep, lay.etp))
+        gpus = cluster.gpus
+        dp = gpus // (t * p * c)
+        edp = gpus // (et * e * p)
+        b = lay.mbs.astype(float)
+        s = lay.seq.astype(float)
+        tokens = b * s / c
+        sp = lay.sp & (t > 1)
+        tokens_sp = np.where(sp, tokens / t, tokens)
+        tokens_moe = np.where(t > 1, tokens / t, tokens)
+        d = cluster.scaleup_domain
+        stage_stride = t * c * dp
+        return cls(
+            model=model, cluster=cluster, lay=lay, t=t, p=p, c=c, e=e, et=et, v=lay.vpp.astype(np.int64),
+            b=b, s=s, dp=dp, edp=edp, m=lay.gbs // np.maximum(1, dp * lay.mbs),
+            tokens=tokens, tokens_sp=tokens_sp, tokens_moe=tokens_moe, sp=sp,
+            fp8=lay.precision == FP8, flash=lay.flash_attention.astype(bool), recompute=lay.recompute,
+            vocab_padded=np.ceil(model.vocab / (128 * t)) * 128 * t,
+            tp_domain=members_per_domain(d, np.ones_like(t), t),
+            cp_domain=members_per_domain(d, t, c),
+            dp_domain=members_per_domain(d, t, c * dp),
+            ep_domain=members_per_domain(d, et, e),
+            edp_domain=members_per_domain(d, et * e, edp),
+            pp_same_domain=stage_stride * 2 <= d,
+        )

@@ -1,0 +1,186 @@
+"""Memory of one rank: model states, activations of the micro-batches in flight, and working buffers.
+
+Model states (``reference/formulas.md`` §3.1-3.2): bf16 weights (2 B), fp32 main gradients (4 B, Megatron
+with bf16: 18 B/param in all, not the ZeRO paper's 16 with fp16 gradients) and Adam's fp32 master, m and
+v (12 B). ZeRO-1 (Megatron's distributed optimizer) shards the optimizer states, ZeRO-2 also the
+gradients, ZeRO-3/FSDP also the weights, over the data-parallel group: cp·dp ranks for dense weights
+(Megatron shards over DP×CP), the expert-DP group for experts, whose weights are split over ep·etp.
+
+Activations per layer follow Korthikanti et al. 2022 (Table 2): the tensors each op saves for its
+backward, in bytes, generalised to GQA/MLA, gated MLPs, MoE (formulas.md §3.4) and flash attention; see
+`layer_activation_bytes`. The GPT case reproduces s·b·h·(34 + 5·a·s/h) and its TP, SP, selective and full
+recompute variants exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from parplan.models.spec import Block, LayerKind, Shard
+from parplan.planner.context import ACT_BYTES, RC_FULL, RC_SELECTIVE, Ctx
+
+WEIGHT_BYTES = 2
+MAIN_GRAD_BYTES = 4
+OPTIMIZER_BYTES = 12
+FP8_WEIGHT_CACHE_BYTES = 2
+"""Transformer Engine keeps an fp8 copy of each linear weight and its transpose for the whole step
+(is_first_microbatch caching): 2 B per linear parameter under fp8."""
+TOKEN_ID_BYTES = 8
+"""Megatron keeps int64 token ids per micro-batch in flight on the first stage (theoretical_memory_usage)."""
+LOGIT_BYTES = 6
+"""bf16 logits plus the fp32 softmax the vocab-parallel cross entropy keeps for backward."""
+CONTEXT_GIB = 1.5
+"""CUDA context, cuBLAS workspaces and NCCL buffers outside PyTorch's allocator (formulas.md §3.8:
+300 MiB to 2 GiB; reserve 1-2 GiB)."""
+ALLOCATOR_HEADROOM = 0.05
+"""Fragmentation allowance on top of the peak allocated bytes (formulas.md §3.8: usable ≈ 0.90-0.95 HBM)."""
+
+
+def model_state_bytes(params: np.ndarray, shard: np.ndarray, zero: np.ndarray,
+                      grad_bytes: float = MAIN_GRAD_BYTES, optimizer_bytes: float = OPTIMIZER_BYTES,
+                      weight_bytes: float = WEIGHT_BYTES) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(weights, gradients, optimizer) bytes per rank for `params` held by the rank, sharded `shard` ways
+    at ZeRO stage `zero` (ZeRO paper §5: P_os, P_os+g, P_os+g+p)."""
+    weights = params * weight_bytes / np.where(zero >= 3, shard, 1)
+    grads = params * grad_bytes / np.where(zero >= 2, shard, 1)
+    optim = params * optimizer_bytes / np.where(zero >= 1, shard, 1)
+    return weights, grads, optim
+
+
+def _split(ctx: Ctx, lin) -> np.ndarray:
+    """How many ranks share one copy of a linear layer's weight."""
+    if lin.block is Block.EXPERTS:
+        return (ctx.e * ctx.et).astype(float)
+    if lin.shard is Shard.REPLICATED:
+        return np.ones(len(ctx.lay))
+    return ctx.t.astype(float)
+
+
+def layer_params(ctx: Ctx, kind: LayerKind) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Parameters of one layer on one rank: (dense, expert, linear-only) after TP/EP/ETP splits."""
+    dense = np.full(len(ctx.lay), float(ctx.model.layer_norm_params(kind)))
+    expert = np.zeros(len(ctx.lay))
+    linear = np.zeros(len(ctx.lay))
+    for lin in ctx.model.layer_linears(kind):
+        share = lin.params / _split(ctx, lin)
+        if lin.block is Block.EXPERTS:
+            expert = expert + share
+        else:
+            dense = dense + share
+        linear = linear + share
+    return dense, expert, linear
+
+
+def embedding_params(ctx: Ctx) -> np.ndarray:
+    """Input embedding on the first stage: vocab-parallel over tp, plus learned positions."""
+    m = ctx.model
+    pos = m.max_position * m.hidden if m.position == "learned" else 0
+    return ctx.vocab_padded * m.hidden / ctx.t + pos + (m.norm_params_per_norm if m.embedding_norm else 0)
+
+
+def head_params(ctx: Ctx) -> np.ndarray:
+    """Final norm and LM head on the last stage; a tied head is a second copy there when pp > 1
+    (Megatron keeps word embeddings on both ends and all-reduces their gradients)."""
+    m = ctx.model
+    head = ctx.vocab_padded * m.hidden / ctx.t
+    tied_same_rank = m.tied_embeddings & (ctx.p == 1)
+    return np.where(tied_same_rank, 0.0, head) + m.norm_params_per_norm
+
+
+def mtp_params(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, expert) parameters of the MTP layers, held with the head."""
+    m = ctx.model
+    if not m.mtp_layers:
+        zero = np.zeros(len(ctx.lay))
+        return zero, zero
+    dense, expert, _ = layer_params(ctx, m.mtp_layer_kind)
+    own = 3 * m.norm_params_per_norm + sum(lin.params for lin in m.mtp_linears())
+    return m.mtp_layers * (dense + own), m.mtp_layers * expert
+
+
+def layer_activation_bytes(ctx: Ctx, kind: LayerKind, recompute: np.ndarray | None = None) -> np.ndarray:
+    """Bytes one layer keeps for backward per micro-batch on one rank (Korthikanti 2022 accounting).
+
+    `recompute` overrides the layouts' setting (the working set of a fully recomputed layer is its
+    activations without recompute).
+    """
+    m = ctx.model
+    rc = ctx.recompute if recompute is None else recompute
+    a = m.attention
+    h, t = m.hidden, ctx.t
+    tr, tok = ctx.tokens_sp, ctx.tokens
+    two = ACT_BYTES
+    drop = 1.0 if m.dropout else 0.0
+    heads = a.heads / t
+    # attention block: norm input, input of the first projection (kept sequence-sharded under SP)
+    attn = 2 * two * tr * h + drop * tr * h
+    if a.mla:
+        ml = a.mla
+        latents = (ml.q_lora_rank + ml.kv_lora_rank + ml.qk_rope_head_dim) * 2  # before and after their norms
+        attn = attn + two * tok * (latents + heads * (2 * a.qk_head_dim + a.v_head_dim))
+    else:
+        attn = attn + two * tok * (heads + 2 * a.kv_heads / t) * a.head_dim  # Q, K, V
+    attn = attn + two * tok * heads * a.v_head_dim  # attention output = out-projection input
+    # attention core: flash keeps the fp32 log-sum-exp; unfused keeps softmax (2 B), dropout mask (1 B) and
+    # dropout output (2 B) per score: Korthikanti's 5·a·s²·b. Selective recompute drops both.
+    scores = ctx.b * heads * ctx.s * ctx.s / ctx.c
+    core = np.where(ctx.flash, 4.0 * tok * heads, scores * (two + 3.0 * drop))
+    attn = attn + np.where(rc == RC_SELECTIVE, 0.0, core)
+    # MLP block: norm input, first GEMM input, activation input(s), second GEMM input
+    up = 2 if m.mlp.gated else 1
+    if kind is LayerKind.DENSE:
+        mlp = 2 * two * tr * h + two * tok * (up + 1) * m.mlp.ffn / t + drop * tr * h
+    else:
+        moe = m.moe
+        assert moe is not None
+        tm = ctx.tokens_moe
+        copies = tm * moe.top_k
+        mlp = (two * tr * h + two * tm * h + 4.0 * tm * moe.experts  # norm in, router in, fp32 router probs
+               + two * copies * ctx.et * h  # permuted tokens (gathered over ETP)
+               + two * copies * (up + 1) * moe.expert_ffn  # expert activation inputs and down-proj input
+               + two * copies * h)  # expert outputs kept for the weighted combine
+        if moe.shared_experts:
+            mlp = mlp + two * tok * (up + 1) * moe.shared_experts * moe.shared_ffn / t
+    full = attn + mlp
+    return np.where(rc == RC_FULL, two * tr * h, full)
+
+
+def transient_bytes(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
+    """Short-lived peak on top of stored activations: (logits, held by the head rank only; working set of
+    every rank: a fully recomputed layer's activations during its backward and the gradient of the widest
+    activation)."""
+    m = ctx.model
+    logits = LOGIT_BYTES * ctx.tokens * ctx.vocab_padded / ctx.t * (1 + m.mtp_layers)
+    kind = LayerKind.MOE if m.moe_layer_count else LayerKind.DENSE
+    recomputed = np.where(ctx.recompute == RC_FULL,
+                          layer_activation_bytes(ctx, kind, recompute=np.zeros_like(ctx.recompute)), 0.0)
+    width = max(m.mlp.ffn * (2 if m.mlp.gated else 1), m.hidden)
+    grad_buffer = ACT_BYTES * ctx.tokens * width / ctx.t
+    return logits, recomputed + grad_buffer
+
+
+@dataclass(frozen=True, slots=True)
+class RankMemory:
+    """Bytes per rank, by component."""
+
+    weights: np.ndarray
+    gradients: np.ndarray
+    optimizer: np.ndarray
+    activations: np.ndarray
+    buffers: np.ndarray
+    """ZeRO-3 gather buffers, fp8 weight caches and transient working memory."""
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.buffers
+
+    def as_gib(self) -> dict[str, np.ndarray]:
+        return {name: getattr(self, name) / 2**30
+                for name in ("weights", "gradients", "optimizer", "activations", "buffers")}
+
+
+def required_gib(peak_allocated_gib: np.ndarray) -> np.ndarray:
+    """GPU memory a run needs for a given peak of allocated bytes (allocator headroom + CUDA context)."""
+    return peak_allocated_gib * (1 + ALLOCATOR_HEADROOM) + CONTEXT_GIB

@@ -1,0 +1,178 @@
+"""Compare predictions with published, measured training runs (`parplan validate`).
+
+The default data set (parplan/data/runs/published_runs.yaml, see its SOURCES.md) holds runs on A100 and
+H100, dense and MoE, with their published layouts normalised to tokens/s/GPU. Each run is evaluated with
+the same `evaluate` users call; no per-run factor exists anywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from parplan._resources import data_dir
+from parplan.errors import ConfigError, ParplanError
+from parplan.hardware import load_cluster
+from parplan.models.presets import load_model_file
+from parplan.planner.estimate import Estimate, evaluate
+from parplan.planner.strategy import Strategy
+
+_STRATEGY_KEYS = {"tp", "pp", "cp", "ep", "etp", "vpp", "dp", "zero", "sp", "recompute", "mbs", "schedule",
+                  "flash_attention", "tp_overlap"}
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedRun:
+    id: str
+    group: str
+    tier: str
+    source: str
+    cluster: str
+    gpus: int
+    model_file: Path
+    strategy: Strategy
+    tokens_per_s_per_gpu: float
+    """Measured throughput."""
+    peak_memory_gib: float | None
+    memory_rank: str
+    """Which rank the measured memory is from: 'peak' (most loaded) or 'last' (last pipeline stage)."""
+    unknown: tuple[str, ...]
+    notes: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    run: PublishedRun
+    estimate: Estimate | None
+    error: str | None
+    """Why the run could not be evaluated (an invalid layout names its rule)."""
+
+    @property
+    def predicted(self) -> float | None:
+        return self.estimate.tokens_per_s_per_gpu if self.estimate else None
+
+    @property
+    def throughput_error(self) -> float | None:
+        """(predicted − measured) / measured."""
+        if self.estimate is None:
+            return None
+        return self.estimate.tokens_per_s_per_gpu / self.run.tokens_per_s_per_gpu - 1
+
+    @property
+    def predicted_memory_gib(self) -> float | None:
+        if self.estimate is None or self.run.peak_memory_gib is None:
+            return None
+        if self.run.memory_rank == "last":
+            last = [st for st in self.estimate.stages if st["head"]]
+            return float(max(st["memory_total_gib"] for st in last))
+        return self.estimate.memory_gib
+
+    @property
+    def memory_error(self) -> float | None:
+        pred = self.predicted_memory_gib
+        if pred is None or self.run.peak_memory_gib is None:
+            return None
+        return pred / self.run.peak_memory_gib - 1
+
+
+def _field(entry: dict[str, Any], key: str, file: str, run_id: str, kind: type) -> Any:
+    value = entry.get(key)
+    if value is None or (kind is not float and not isinstance(value, kind)) or (
+            kind is float and not isinstance(value, (int, float))):
+        raise ConfigError(f"run '{run_id}': expected {kind.__name__}, got {value!r}", file=file, field=key)
+    return value
+
+
+def _cluster_ref(name: str, runs_file: Path) -> str:
+    """A preset name, or a cluster file under clusters/ beside the runs file (a run's own network)."""
+    local = runs_file.parent / "clusters" / f"{name}.yaml"
+    return str(local) if local.is_file() else name
+
+
+def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
+    """Read a runs file (the shipped published runs by default); model files resolve beside it."""
+    path = Path(path) if path is not None else data_dir("runs") / "published_runs.yaml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise ConfigError(f"not valid YAML{where}", file=str(path)) from None
+    except OSError as e:
+        raise ConfigError(f"cannot read file ({e.strerror})", file=str(path)) from None
+    if not isinstance(data, list):
+        raise ConfigError("expected a list of runs", file=str(path))
+    runs = []
+    file = str(path)
+    for n, entry in enumerate(data):
+        if not isinstance(entry, dict):
+            raise ConfigError(f"entry {n} is not a mapping", file=file)
+        rid = str(entry.get("id", f"#{n}"))
+        strat = _field(entry, "strategy", file, rid, dict)
+        batch = _field(entry, "batch", file, rid, dict)
+        measured = _field(entry, "measured", file, rid, dict)
+        unknown_keys = set(strat) - _STRATEGY_KEYS
+        if unknown_keys:
+            raise ConfigError(f"run '{rid}': unknown strategy field(s) {sorted(unknown_keys)}", file=file,
+                              field="strategy")
+        precision = str(entry.get("precision", "bf16"))
+        kw = {k: v for k, v in strat.items() if k != "dp"}
+        try:
+            strategy = Strategy(**kw, gbs=_field(batch, "gbs", file, rid, int), seq=_field(batch, "seq", file, rid, int),
+                                # fp16 mixed precision runs at the bf16 tensor-core rate (A100 era).
+                                precision="fp8" if precision == "fp8" else "bf16")
+        except TypeError as e:
+            raise ConfigError(f"run '{rid}': {e}", file=file, field="strategy") from None
+        model_file = path.parent / "models" / str(_field(entry, "model", file, rid, str))
+        runs.append(PublishedRun(
+            id=rid, group=str(entry.get("group", "")), tier=str(entry.get("tier", "")),
+            source=str(entry.get("source", "")), cluster=_cluster_ref(_field(entry, "cluster", file, rid, str), path),
+            gpus=_field(entry, "gpus", file, rid, int), model_file=model_file, strategy=strategy,
+            tokens_per_s_per_gpu=float(_field(measured, "tokens_per_s_per_gpu", file, rid, float)),
+            peak_memory_gib=measured.get("peak_memory_gib"), memory_rank=str(measured.get("memory_rank", "peak")),
+            unknown=tuple(entry.get("unknown") or ()), notes=str(entry.get("notes", "")),
+        ))
+    return runs
+
+
+def validate_runs(runs: list[PublishedRun]) -> list[RunResult]:
+    out = []
+    for run in runs:
+        try:
+            model = load_model_file(run.model_file)
+            cluster = load_cluster(run.cluster, gpus=run.gpus)
+            out.append(RunResult(run, evaluate(model, cluster, run.strategy), None))
+        except ParplanError as e:
+            out.append(RunResult(run, None, str(e)))
+    return out
+
+
+def summarize(results: list[RunResult], key: str = "group") -> list[dict[str, Any]]:
+    """Median, 90th percentile and mean absolute throughput error per group (or tier), and overall."""
+    buckets: dict[str, list[float]] = {}
+    mem: dict[str, list[float]] = {}
+    for r in results:
+        label = getattr(r.run, key)
+        if r.throughput_error is not None:
+            buckets.setdefault(label, []).append(abs(r.throughput_error))
+        if r.memory_error is not None:
+            mem.setdefault(label, []).append(abs(r.memory_error))
+    rows = []
+    for label in sorted(buckets) + ["all"]:
+        errs = [e for v in buckets.values() for e in v] if label == "all" else buckets[label]
+        mems = [e for v in mem.values() for e in v] if label == "all" else mem.get(label, [])
+        rows.append({
+            key: label,
+            "runs": len(errs),
+            "median_abs_error": float(np.median(errs)) if errs else None,
+            "p90_abs_error": float(np.percentile(errs, 90)) if errs else None,
+            "mean_abs_error": float(np.mean(errs)) if errs else None,
+            "max_abs_error": float(np.max(errs)) if errs else None,
+            "memory_runs": len(mems),
+            "memory_median_abs_error": float(np.median(mems)) if mems else None,
+        })
+    return rows
