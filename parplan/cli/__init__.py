@@ -13,6 +13,8 @@ import typer
 
 from parplan.cli import hardware, models
 from parplan.cli._output import err_console
+from parplan.cli.explain import explain
+from parplan.cli.validate import validate
 from parplan.errors import ParplanError
 
 app = typer.Typer(
@@ -24,6 +26,8 @@ app = typer.Typer(
 )
 app.add_typer(models.app, name="models")
 app.add_typer(hardware.app, name="hardware")
+app.command("explain")(explain)
+app.command("validate")(validate)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,8 +14,11 @@ placement in context.py. Overlap is modelled, not assumed:
   schedules.
 - DP: Megatron --overlap-grad-reduce reduces buckets during the last micro-batch's backward and
   --overlap-param-gather gathers during the next forward, so only what exceeds that window, and at least
-  the last bucket, is exposed. ZeRO-2 reduces every micro-batch; ZeRO-3 also gathers parameters for each
-  micro-batch's forward and backward (prefetched).
+  the last bucket, is exposed. ZeRO-2/3 without pipelining reduce-scatter after every micro-batch
+  (DeepSpeed, FSDP); under pipelining the gradient sync is deferred to the last micro-batch
+  (torch.distributed.pipelining stage.backward_maybe_with_nosync), so they reduce once per step. ZeRO-3
+  gathers parameters before each micro-batch's forward and again for its backward (prefetched); under
+  pipelining the forward's copy is kept for the backward (torchtitan: no reshard after forward with PP).
 Overlapped communication still steals a share of the compute throughput (Calibration.*_overlap_cost).
 """
 
@@ -164,6 +167,11 @@ def pp_bubble_transfers(ctx: Ctx) -> np.ndarray:
     return np.where(ctx.p > 1, 2 * (ctx.p - 1) * one, 0.0)
 
 
+def reduces_every_microbatch(ctx: Ctx) -> np.ndarray:
+    """ZeRO-2/3 reduce-scatter gradients after every micro-batch unless a pipeline defers the sync."""
+    return (ctx.lay.zero >= 2) & (ctx.p == 1)
+
+
 @dataclass(frozen=True, slots=True)
 class DataParallel:
     """Per step: gradient reduction and parameter gathering over the data-parallel groups."""
@@ -218,17 +226,20 @@ def dp_step(ctx: Ctx, dense_params: np.ndarray, expert_params: np.ndarray, layer
     once_exposed = np.maximum(_overlap(reduce_once, t_b, cost), last_bucket * reduce_once)
     # ZeRO 1/2: updated parameters gathered once per step, overlapped with the first forward.
     param_exposed = np.maximum(_overlap(gather_once, t_f, cost), last_bucket * gather_once)
-    # ZeRO-3: gather before each forward and each backward and reduce-scatter after it, every
-    # micro-batch, prefetched behind that micro-batch's compute; the exposure is split pro rata.
-    z3_comm = 2 * z3_ag + z3_rs
+    every_mb = reduces_every_microbatch(ctx)
+    # ZeRO-3: gather (twice without pipelining) and, without pipelining, reduce-scatter every micro-batch,
+    # prefetched behind that micro-batch's compute; the exposure is split pro rata.
+    gathers = np.where(ctx.p > 1, 1.0, 2.0)
+    z3_comm = gathers * z3_ag + np.where(every_mb, z3_rs, 0.0)
     z3_exposed = m * _overlap(z3_comm, compute_f + compute_b, cost)
-    z3_grad_share = z3_rs / np.maximum(z3_comm, 1e-30)
+    z3_grad_share = np.where(every_mb, z3_rs, 0.0) / np.maximum(z3_comm, 1e-30)
     grad = Comm(
-        np.select([zero == 3, zero == 2], [m * z3_rs, m * reduce_once], reduce_once),
-        np.select([zero == 3, zero == 2], [z3_exposed * z3_grad_share, m * once_exposed], once_exposed),
+        np.select([(zero == 3) & every_mb, every_mb], [m * z3_rs, m * reduce_once], reduce_once),
+        np.select([(zero == 3) & every_mb, every_mb], [z3_exposed * z3_grad_share, m * once_exposed],
+                  once_exposed),
     )
     param = Comm(
-        np.select([zero == 3, zero >= 1], [m * 2 * z3_ag, gather_once], 0.0),
+        np.select([zero == 3, zero >= 1], [m * gathers * z3_ag, gather_once], 0.0),
         np.select([zero == 3, zero >= 1], [z3_exposed * (1 - z3_grad_share), param_exposed], 0.0),
     )
     return DataParallel(grad=grad, param=param)

@@ -230,8 +230,21 @@ def head_time(ctx: Ctx) -> LayerTime:
     zero = np.zeros_like(f)
     return LayerTime(gemm_f=f, gemm_b=dg + wg, gemm_w=wg, attn_f=zero, attn_b=zero,
                      elem_f=memory_bound_time(gpu, logits * CROSS_ENTROPY_BYTES[0], 3),
-                     elem_b=memory_bound_time(gpu, logits * CROSS_ENTROPY_BYTES[1], 2),
+                     elem_b=memory_bound_time(gpu, logits * CROSS_ENTROPY_BYTES[1] + GRAD_ACCUMULATION_BYTES * vp * h,
+                                              2),
                      flops_f=2.0 * m * vp * h)
+
+
+def embedding_time(ctx: Ctx) -> LayerTime:
+    """Input embedding on the first stage: a gather of the token rows forward; backward adds the rows' gradients
+    into the dense fp32 main-grad of the vocab shard (Megatron VocabParallelEmbedding), 8 B per element."""
+    gpu = ctx.cluster.gpu
+    h, vp = ctx.model.hidden, ctx.vocab_padded / ctx.t
+    rows = ctx.tokens * h * ACT_BYTES
+    zero = np.zeros(len(ctx.lay))
+    return LayerTime(gemm_f=zero, gemm_b=zero, gemm_w=zero, attn_f=zero, attn_b=zero,
+                     elem_f=memory_bound_time(gpu, 2 * rows, 2),
+                     elem_b=memory_bound_time(gpu, 2 * rows + GRAD_ACCUMULATION_BYTES * vp * h, 2), flops_f=zero)
 
 
 def mtp_extra_time(ctx: Ctx) -> LayerTime:

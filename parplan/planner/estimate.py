@@ -20,7 +20,7 @@ from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import LayerKind, ModelSpec
 from parplan.planner import comm, compute, memory
 from parplan.planner.context import ACT_BYTES, RC_FULL, RC_SELECTIVE, Ctx
-from parplan.planner.schedule import S_DUALPIPE, S_DUALPIPEV, bubble_time, inflight_microbatches, rank_patterns
+from parplan.planner.schedule import bubble_time, inflight_microbatches, rank_patterns
 from parplan.planner.strategy import Layouts, Strategy
 
 TIME_COMPONENTS = ("gemm", "attention", "elementwise", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm",
@@ -114,6 +114,18 @@ def _head_work(ctx: Ctx) -> _Work:
     return _Work(parts, total_comm, fwd, bwd, wgrad, cf, cb)
 
 
+def _embedding_work(ctx: Ctx) -> _Work:
+    """Embedding lookup on the first stage; vocab-parallel over TP, so its output is all-reduced (or
+    reduce-scattered under SP) across the TP group forward, and its gradient passes back the same way."""
+    et = compute.embedding_time(ctx)
+    msg = ctx.tokens * ctx.model.hidden * ACT_BYTES
+    reduce = np.where(ctx.sp, comm.collective_time(ctx.cluster, comm.Collective.REDUCE_SCATTER, msg, ctx.t,
+                                                   ctx.tp_domain),
+                      comm.collective_time(ctx.cluster, comm.Collective.ALL_REDUCE, msg, ctx.t, ctx.tp_domain))
+    return _Work({"elementwise": et.elem_f + et.elem_b, "tp_comm": reduce}, {"tp_comm": reduce},
+                 et.forward + reduce, et.backward, et.gemm_w, et.forward, et.backward)
+
+
 def _patterns(model: ModelSpec, lay: Layouts) -> dict[str, np.ndarray]:
     """(N, K) arrays describing the distinct rank patterns of each layout's pipeline (count 0 = padding)."""
     keys = np.stack([lay.pp, lay.vpp, lay.schedule.astype(np.int64)], axis=1)
@@ -170,14 +182,18 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts) -> Ev
     if LayerKind.MOE not in work:
         work[LayerKind.MOE] = _Work({}, {}, _zeros(n), _zeros(n), _zeros(n), _zeros(n), _zeros(n))
     head = _head_work(ctx)
+    embedding = _embedding_work(ctx)
     pat = _patterns(model, lay)
-    col = (lambda x: x[:, None])
-    dense, moe, w, has_head = pat["dense"], pat["moe"], pat["work"], pat["head"]
+
+    def col(x: np.ndarray) -> np.ndarray:
+        return x[:, None]
+
+    dense, moe, w, has_head, has_emb = pat["dense"], pat["moe"], pat["work"], pat["head"], pat["embedding"]
     real = pat["count"] > 0
 
     def per_rank(get) -> np.ndarray:
-        d, mo, hd = get(work[LayerKind.DENSE]), get(work[LayerKind.MOE]), get(head)
-        return w * (dense * col(d) + moe * col(mo) + has_head * col(hd))
+        d, mo, hd, em = get(work[LayerKind.DENSE]), get(work[LayerKind.MOE]), get(head), get(embedding)
+        return w * (dense * col(d) + moe * col(mo) + has_head * col(hd) + has_emb * col(em))
 
     pp_mb = comm.pp_microbatch(ctx)
     t_f = per_rank(lambda x: x.fwd)
@@ -187,10 +203,18 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts) -> Ev
     c_b = per_rank(lambda x: x.compute_b)
     t_mb = np.where(real, t_f + t_b, -np.inf)
     crit = np.argmax(t_mb, axis=1)
-    pick = (lambda a: np.take_along_axis(a, crit[:, None], axis=1)[:, 0])
+
+    def pick(a: np.ndarray) -> np.ndarray:
+        """The critical (slowest) rank's value."""
+        return np.take_along_axis(a, crit[:, None], axis=1)[:, 0]
+
     m = ctx.m.astype(float)
     p = ctx.p.astype(float)
-    mean = (lambda a: (np.where(real, a, 0.0) * pat["count"]).sum(axis=1) / p)
+
+    def mean(a: np.ndarray) -> np.ndarray:
+        """Average over all p ranks (patterns weighted by how many ranks share them)."""
+        return (np.where(real, a, 0.0) * pat["count"]).sum(axis=1) / p
+
     bubble = bubble_time(ctx.p, ctx.v, lay.schedule, mean(t_f), mean(t_b), mean(t_w)) + comm.pp_bubble_transfers(ctx)
     pipeline = m * pick(t_mb) + bubble
 
@@ -208,13 +232,15 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts) -> Ev
     shard_d = (ctx.c * ctx.dp).astype(float)
     shard_e = ctx.edp.astype(float)
     zero = lay.zero
-    local = p_dense / np.where(zero >= 1, col(shard_d), 1) + p_expert / np.where(zero >= 1, col(shard_e), 1)
+    local = (p_dense / np.where(col(zero) >= 1, col(shard_d), 1)
+             + p_expert / np.where(col(zero) >= 1, col(shard_e), 1))
     optimizer = np.max(np.where(real, compute.optimizer_time(ctx, local), 0.0), axis=1)
     step = pipeline + dp.grad.exposed + dp.param.exposed + optimizer
 
     # Memory per rank pattern.
-    wd, gd, od = memory.model_state_bytes(p_dense, col(shard_d), col(zero))
-    we, ge, oe = memory.model_state_bytes(p_expert, col(shard_e), col(zero))
+    sharded_grads = col(comm.reduces_every_microbatch(ctx))
+    wd, gd, od = memory.model_state_bytes(p_dense, col(shard_d), col(zero), grads_sharded=sharded_grads)
+    we, ge, oe = memory.model_state_bytes(p_expert, col(shard_e), col(zero), grads_sharded=sharded_grads)
     inflight = inflight_microbatches(pat["rank"], col(ctx.p), col(ctx.v), col(ctx.m), col(lay.schedule))
     act_d = memory.layer_activation_bytes(ctx, LayerKind.DENSE)
     act_m = memory.layer_activation_bytes(ctx, LayerKind.MOE) if model.moe_layer_count else _zeros(n)

@@ -66,9 +66,11 @@ class Strategy:
     """Overlap TP communication with GEMMs (Megatron --tp-comm-overlap; needs sp)."""
 
     def __post_init__(self) -> None:
-        if self.tp == 1 and self.sp:
-            # Megatron silently turns SP off at tp=1 (ecosystem.md A2); normalise so equal layouts compare equal.
+        if self.tp == 1:
+            # Megatron silently turns SP off at tp=1 (ecosystem.md A2), and TP overlap has nothing to overlap;
+            # normalise so equal layouts compare equal.
             object.__setattr__(self, "sp", False)
+            object.__setattr__(self, "tp_overlap", False)
 
     def dp(self, gpus: int) -> int:
         return gpus // (self.tp * self.pp * self.cp)

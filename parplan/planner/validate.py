@@ -122,7 +122,8 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
         precision = str(entry.get("precision", "bf16"))
         kw = {k: v for k, v in strat.items() if k != "dp"}
         try:
-            strategy = Strategy(**kw, gbs=_field(batch, "gbs", file, rid, int), seq=_field(batch, "seq", file, rid, int),
+            strategy = Strategy(**kw, gbs=_field(batch, "gbs", file, rid, int),
+                                seq=_field(batch, "seq", file, rid, int),
                                 # fp16 mixed precision runs at the bf16 tensor-core rate (A100 era).
                                 precision="fp8" if precision == "fp8" else "bf16")
         except TypeError as e:
@@ -162,7 +163,7 @@ def summarize(results: list[RunResult], key: str = "group") -> list[dict[str, An
         if r.memory_error is not None:
             mem.setdefault(label, []).append(abs(r.memory_error))
     rows = []
-    for label in sorted(buckets) + ["all"]:
+    for label in [*sorted(buckets), "all"]:
         errs = [e for v in buckets.values() for e in v] if label == "all" else buckets[label]
         mems = [e for v in mem.values() for e in v] if label == "all" else mem.get(label, [])
         rows.append({

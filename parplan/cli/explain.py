@@ -1,0 +1,127 @@
+"""`parplan explain`: step time, throughput, MFU and memory of one layout, with a breakdown."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from parplan.cli._options import ClusterOpt, GpusOpt, JsonOpt, ModelOpt, SeqOpt
+from parplan.cli._output import console, kv_table, print_json
+from parplan.hardware import load_cluster
+from parplan.models import load_model
+from parplan.planner.estimate import MEMORY_COMPONENTS, TIME_COMPONENTS, Estimate, evaluate
+from parplan.planner.explain import bottleneck
+from parplan.planner.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, Strategy
+
+
+def _choice(value: str, options: tuple[str, ...], name: str) -> str:
+    if value not in options:
+        raise typer.BadParameter(f"must be one of {', '.join(options)}", param_hint=f"--{name}")
+    return value
+
+
+def explain(
+    model: ModelOpt,
+    cluster: ClusterOpt,
+    gpus: GpusOpt,
+    tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option(min=1, help="Pipeline stages.")] = 1,
+    cp: Annotated[int, typer.Option(min=1, help="Context-parallel degree.")] = 1,
+    ep: Annotated[int, typer.Option(min=1, help="Expert-parallel degree (carved from tp·cp·dp).")] = 1,
+    etp: Annotated[int, typer.Option(min=1, help="Tensor parallelism inside each expert.")] = 1,
+    vpp: Annotated[int, typer.Option(min=1, help="Model chunks per pipeline rank (interleaving).")] = 1,
+    zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = Megatron distributed optimizer).")] = 1,
+    sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Megatron sequence parallelism.")] = True,
+    recompute: Annotated[str, typer.Option(help="none, selective or full.")] = "none",
+    mbs: Annotated[int, typer.Option(min=1, help="Micro-batch size (sequences).")] = 1,
+    gbs: Annotated[int | None, typer.Option(min=1, help="Global batch (sequences); default dp·mbs.")] = None,
+    seq: SeqOpt = 4096,
+    schedule: Annotated[str | None, typer.Option(
+        help="1f1b, interleaved, zb-h1, dualpipe or dualpipev (default: interleaved when vpp>1).")] = None,
+    precision: Annotated[str, typer.Option(help="bf16 or fp8 GEMMs.")] = "bf16",
+    attention: Annotated[str, typer.Option(help="flash or unfused (materialised s×s scores).")] = "flash",
+    tp_overlap: Annotated[bool, typer.Option("--tp-overlap/--no-tp-overlap",
+                                             help="Overlap TP communication (--tp-comm-overlap).")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Predict one layout: step time, tokens/s/GPU, MFU, memory per GPU, and where the time goes."""
+    _choice(recompute, RECOMPUTE, "recompute")
+    _choice(precision, PRECISIONS, "precision")
+    _choice(attention, ("flash", "unfused"), "attention")
+    if schedule is not None:
+        _choice(schedule, SCHEDULES, "schedule")
+    model_spec = load_model(model)
+    cluster_spec = load_cluster(cluster, gpus=gpus)
+    dp = max(1, gpus // (tp * pp * cp))
+    strategy = Strategy(
+        tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, sp=sp, recompute=recompute, mbs=mbs,
+        gbs=gbs if gbs is not None else dp * mbs, seq=seq,
+        schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"), precision=precision,
+        flash_attention=attention == "flash", tp_overlap=tp_overlap,
+    )
+    est = evaluate(model_spec, cluster_spec, strategy)
+    sentence = bottleneck(est, cluster_spec)
+    if json_out:
+        doc = est.as_dict()
+        doc["model_source"] = model
+        doc["cluster_source"] = cluster
+        doc["bottleneck"] = sentence
+        print_json(doc)
+        return
+    show_estimate(est, sentence)
+
+
+def layout_text(s: Strategy, gpus: int) -> str:
+    parts = [f"tp={s.tp}", f"pp={s.pp}", f"dp={s.dp(gpus)}"]
+    for name, value, default in (("cp", s.cp, 1), ("ep", s.ep, 1), ("etp", s.etp, 1), ("vpp", s.vpp, 1)):
+        if value != default:
+            parts.append(f"{name}={value}")
+    parts += [f"zero={s.zero}", "sp" if s.sp else "no-sp", f"recompute={s.recompute}", f"mbs={s.mbs}",
+              f"gbs={s.gbs}", f"seq={s.seq}", s.schedule, s.precision]
+    if not s.flash_attention:
+        parts.append("unfused-attention")
+    if s.tp_overlap:
+        parts.append("tp-overlap")
+    return " ".join(parts)
+
+
+def show_estimate(est: Estimate, sentence: str) -> None:
+    """Rich tables for one estimate."""
+    console.print(kv_table(
+        f"{est.model} on {est.gpus}× {est.cluster}",
+        [
+            ("layout", layout_text(est.strategy, est.gpus)),
+            ("step time", f"{est.step_time_s:.3f} s"),
+            ("throughput", f"{est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU ({est.tokens_per_s:,.0f} tokens/s)"),
+            ("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}"),
+            ("memory", f"{est.memory_gib:.1f} GiB peak allocated, {est.required_gib:.1f} GiB needed of "
+                       f"{est.capacity_gib:g} GiB: {'fits' if est.fits else 'DOES NOT FIT'}"),
+        ],
+    ))
+    time = Table(title="Time per step (critical path)", title_justify="left")
+    for col in ("component", "seconds", "exposed", "overlapped", "share"):
+        time.add_column(col, justify="left" if col == "component" else "right")
+    for name in TIME_COMPONENTS:
+        row = est.time_breakdown[name]
+        if row["seconds"] <= 0 and row["exposed"] <= 0:
+            continue
+        time.add_row(name.replace("_", " "), f"{row['seconds']:.3f}", f"{row['exposed']:.3f}",
+                     f"{row['overlapped']:.3f}", f"{row['exposed'] / est.step_time_s:.1%}")
+    console.print(time)
+    mem = Table(title="Memory per pipeline rank, GiB", title_justify="left")
+    mem.add_column("ranks")
+    mem.add_column("layers", justify="right")
+    for name in MEMORY_COMPONENTS:
+        mem.add_column(name, justify="right")
+    mem.add_column("total", justify="right")
+    for st in est.stages:
+        first, count = st["first_rank"], st["ranks"]
+        label = f"{first}" if count == 1 else f"{first}+{count - 1} more"
+        extra = ("emb " if st["embedding"] else "") + ("head" if st["head"] else "")
+        layers = f"{st['dense_layers'] + st['moe_layers']}" + (f" {extra.strip()}" if extra else "")
+        mem.add_row(label, layers, *(f"{st['memory_gib'][c]:.1f}" for c in MEMORY_COMPONENTS),
+                    f"{st['memory_total_gib']:.1f}")
+    console.print(mem)
+    console.print(sentence, highlight=False)

@@ -1,0 +1,281 @@
+"""Cost model: closed forms against published numbers, identities, and properties over many layouts."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from parplan.errors import InvalidStrategyError
+from parplan.hardware import load_cluster
+from parplan.models import LayerKind, load_model, model_from_hf_dict
+from parplan.planner import Layouts, Strategy, evaluate, evaluate_layouts
+from parplan.planner.context import Ctx
+from parplan.planner.memory import layer_activation_bytes, model_state_bytes
+from parplan.planner.schedule import (
+    S_1F1B,
+    S_DUALPIPE,
+    S_DUALPIPEV,
+    S_INTERLEAVED,
+    S_ZBH1,
+    bubble_time,
+    inflight_microbatches,
+    virtual_stage_layers,
+)
+
+# ----------------------------------------------------------------------------------- model states (ZeRO)
+
+
+@pytest.mark.parametrize(("zero", "gb"), [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.88)])
+def test_zero_paper_model_states(zero, gb):
+    """ZeRO paper (arXiv 1910.02054) Fig. 1: Ψ = 7.5B, N_d = 64, K = 12, fp16 weights and gradients:
+    120 / 31.4 / 16.6 / 1.88 GB for baseline and stages 1-3."""
+    w, g, o = model_state_bytes(np.array(7.5e9), np.array(64), np.array(zero), grad_bytes=2)
+    assert (w + g + o) / 1e9 == pytest.approx(gb, rel=0.01)
+
+
+def test_megatron_bytes_per_param():
+    """Megatron dist_optimizer.md: 18 B/param without the distributed optimizer, 6 + 12/d with it."""
+    w, g, o = model_state_bytes(np.array(1.0), np.array(8), np.array(0))
+    assert w + g + o == 18
+    w, g, o = model_state_bytes(np.array(1.0), np.array(8), np.array(1))
+    assert w + g + o == pytest.approx(6 + 12 / 8)
+
+
+# ------------------------------------------------------------------------- activations (Korthikanti 2022)
+
+def _gpt(dropout: bool = True):
+    """A GPT-3-style layer (MHA, f = 4h, GeLU, LayerNorm, dropout): the setting of Korthikanti Table 2."""
+    return model_from_hf_dict({"model_type": "gpt2", "n_embd": 12288, "n_layer": 96, "n_head": 96,
+                               "vocab_size": 51200, "n_positions": 2048, "attn_pdrop": 0.1 if dropout else 0.0},
+                              name="gpt3")
+
+
+def _ctx(model, **kw):
+    cluster = load_cluster("a100-80gb", gpus=kw.pop("gpus", 8))
+    kw.setdefault("gbs", 64)
+    return Ctx.build(model, cluster, Layouts.from_strategies([Strategy(**kw)]))
+
+
+S, B = 2048, 1
+H, A = 12288, 96
+
+
+@pytest.mark.parametrize(("kw", "expected"), [
+    # Korthikanti et al. 2022 (arXiv 2205.05198) Table 2, bytes per layer:
+    ({"tp": 1}, S * B * H * (34 + 5 * A * S / H)),
+    ({"tp": 8, "sp": False}, S * B * H * (10 + 24 / 8 + 5 * A * S / (H * 8))),
+    ({"tp": 8, "sp": True}, S * B * H * (34 / 8 + 5 * A * S / (H * 8))),
+    ({"tp": 8, "sp": False, "recompute": "selective"}, S * B * H * (10 + 24 / 8)),
+    ({"tp": 8, "sp": True, "recompute": "selective"}, S * B * H * 34 / 8),
+    ({"tp": 8, "sp": False, "recompute": "full"}, 2 * S * B * H),
+    ({"tp": 8, "sp": True, "recompute": "full"}, 2 * S * B * H / 8),  # formulas.md §3.3 [derived]
+])
+def test_korthikanti_activation_bytes(kw, expected):
+    ctx = _ctx(_gpt(), seq=S, mbs=B, flash_attention=False, **kw)
+    assert layer_activation_bytes(ctx, LayerKind.DENSE)[0] == pytest.approx(expected, rel=1e-12)
+
+
+def test_llama_flash_activation_bytes():
+    """formulas.md §3.3 [derived]: Llama layer with flash attention keeps s·b·(12h + 4·n_kv·d_h + 6f + 4a)."""
+    m = load_model("llama3.1-8b")
+    ctx = _ctx(m, seq=8192, mbs=1)
+    h, kv, d, f, a = 4096, 8, 128, 14336, 32
+    expected = 8192 * (12 * h + 4 * kv * d + 6 * f + 4 * a)
+    assert layer_activation_bytes(ctx, LayerKind.DENSE)[0] == pytest.approx(expected)
+
+
+def test_context_parallel_divides_activations():
+    """Megatron context_parallel.rst: activation memory per GPU is cp times smaller."""
+    m = load_model("llama3.1-8b")
+    one = layer_activation_bytes(_ctx(m, seq=8192, gpus=8), LayerKind.DENSE)[0]
+    four = layer_activation_bytes(_ctx(m, seq=8192, cp=4, gpus=8), LayerKind.DENSE)[0]
+    assert four == pytest.approx(one / 4)
+
+
+# ---------------------------------------------------------------------------------------- pipeline
+
+def _arr(*values):
+    return [np.array([v]) for v in values]
+
+
+def _bubble(code, p, v=1, t_f=1.0, t_b=2.0, t_w=0.0):
+    return float(bubble_time(*_arr(p, v, code, t_f, t_b, t_w))[0])
+
+
+@pytest.mark.parametrize("p", [2, 4, 8, 16])
+def test_bubbles_match_formulas(p):
+    """formulas.md §5: 1F1B (p−1)(F+B); interleaved (p−1)(F+B)/v; ZB-H1 (p−1)(T_F+T_B−T_W), which is
+    (p−1)/(3m) of the ideal time when T_F = T_B = T_W; DualPipe (p/2−1)(F&B + B − 3W)."""
+    assert _bubble(S_1F1B, p) == pytest.approx((p - 1) * 3)
+    assert _bubble(S_INTERLEAVED, p, v=4) == pytest.approx((p - 1) * 3 / 4)
+    m = 32
+    assert _bubble(S_ZBH1, p, t_f=1, t_b=2, t_w=1) / (m * 3) == pytest.approx((p - 1) / (3 * m))
+    f, b, w = 1.0, 2.0, 1.0
+    assert _bubble(S_DUALPIPE, p, t_f=f, t_b=b, t_w=w) == pytest.approx((p / 2 - 1) * ((f + b) + b - 3 * w))
+    # DualPipeV: 2p stages of half the rank's work each.
+    assert _bubble(S_DUALPIPEV, p, t_f=f, t_b=b, t_w=w) == pytest.approx((p - 1) * ((f + b) / 2 + b / 2 - 1.5 * w))
+
+
+def test_inflight_microbatches():
+    """formulas.md §3.5: 1F1B rank r holds min(p−r, m); interleaved rank 0 holds 1 + (p−1)/(p·v) of its
+    layers' worth per micro-batch-stage; DualPipe PP+1 stage-micro-batches (half a rank's layers each)."""
+    arr = _arr
+    p, m = 8, 64
+    assert inflight_microbatches(*arr(0, p, 1, m, S_1F1B))[0] == p
+    assert inflight_microbatches(*arr(5, p, 1, m, S_1F1B))[0] == p - 5
+    assert inflight_microbatches(*arr(0, p, 1, 3, S_1F1B))[0] == 3
+    v = 4
+    layers_worth = inflight_microbatches(*arr(0, p, v, m, S_INTERLEAVED))[0] / p  # in units of L
+    assert layers_worth == pytest.approx(1 + (p - 1) / (p * v))
+    assert inflight_microbatches(*arr(0, p, 1, m, S_DUALPIPE))[0] == pytest.approx((p + 1) / 2)
+
+
+def test_uneven_layers_go_to_the_ends():
+    """Llama 3 405B: 126 layers on 16 stages with one layer fewer on the first and last (arXiv 2407.21783)."""
+    counts = virtual_stage_layers(126, 16)
+    assert sum(counts) == 126 and counts[0] == counts[-1] == 7 and set(counts[1:-1]) == {8}
+
+
+# ------------------------------------------------------------------------------------------- estimate
+
+LLAMA = dict(tp=4, pp=2, gbs=64, seq=4096, mbs=1)
+
+
+def test_throughput_identities():
+    m, c = load_model("llama3.1-8b"), load_cluster("h100", gpus=16)
+    est = evaluate(m, c, Strategy(tp=2, pp=2, gbs=64, seq=4096))
+    assert est.tokens_per_s_per_gpu * est.gpus * est.step_time_s == pytest.approx(64 * 4096)
+    # MFU = tokens/s/GPU × model FLOPs per token / dense bf16 peak (formulas.md §7).
+    assert est.mfu == pytest.approx(est.tokens_per_s_per_gpu * m.training_flops_per_token(4096) / 989.4e12)
+    total = sum(v["exposed"] for v in est.time_breakdown.values())
+    assert total == pytest.approx(est.step_time_s, rel=1e-6)
+    assert est.hfu == est.mfu  # no recompute
+
+
+def test_json_has_the_documented_keys():
+    est = evaluate(load_model("llama3.1-8b"), load_cluster("h100", gpus=16), Strategy(tp=2, gbs=64))
+    doc = json.loads(json.dumps(est.as_dict()))
+    for key in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "hfu", "memory_gib", "fits", "time_breakdown",
+                "memory_breakdown", "strategy"):
+        assert key in doc
+
+
+def test_tp_across_nodes_costs_more_than_inside():
+    """GPT-3 175B on 128 A100: a tp=16 group spans two 8-GPU nodes, so part of each collective rides the
+    25 GB/s NICs instead of NVLink and each rank does half the GEMM work per collective."""
+    g, c = load_model("gpt3-175b"), load_cluster("a100-80gb", gpus=128)
+    t8 = evaluate(g, c, Strategy(tp=8, pp=16, gbs=128, seq=2048, recompute="full"))
+    t16 = evaluate(g, c, Strategy(tp=16, pp=8, gbs=128, seq=2048, recompute="full"))
+    assert t16.time_breakdown["tp_comm"]["exposed"] > 1.5 * t8.time_breakdown["tp_comm"]["exposed"]
+
+
+def _valid_layouts(model, cluster, n=400, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    while len(out) < n:
+        s = Strategy(tp=int(rng.choice([1, 2, 4, 8])), pp=int(rng.choice([1, 2, 4])), cp=int(rng.choice([1, 2])),
+                     zero=int(rng.integers(0, 4)), recompute=str(rng.choice(["none", "selective", "full"])),
+                     mbs=int(rng.choice([1, 2])), gbs=256, seq=4096, sp=bool(rng.integers(0, 2)))
+        if s.pp > 1 and rng.integers(0, 2):
+            s = Strategy(**{**s.as_dict(), "vpp": 2, "schedule": "interleaved"})
+        try:
+            s.check(model, cluster)
+        except InvalidStrategyError:  # sampling: keep only valid layouts
+            continue
+        out.append(s)
+    return out
+
+
+def test_scalar_and_vectorised_paths_agree():
+    """evaluate() on one layout equals the batch path on a batch containing it (one formula, one place)."""
+    model, cluster = load_model("llama3.1-8b"), load_cluster("h100", gpus=64)
+    strategies = _valid_layouts(model, cluster, n=60)
+    ev = evaluate_layouts(model, cluster, Layouts.from_strategies(strategies))
+    for i in (0, 17, 42, 59):
+        one = evaluate(model, cluster, strategies[i])
+        assert one.step_time_s == pytest.approx(float(ev.step_time_s[i]), rel=1e-12)
+        assert one.memory_gib == pytest.approx(float(ev.memory_gib[i]), rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4]), mbs=st.sampled_from([1, 2]),
+       recompute=st.sampled_from(["none", "selective", "full"]), seq=st.sampled_from([2048, 4096]))
+def test_raising_zero_never_raises_memory(tp, pp, mbs, recompute, seq):
+    model, cluster = load_model("llama3.1-8b"), load_cluster("h100", gpus=64)
+    mems = []
+    for zero in range(4):
+        s = Strategy(tp=tp, pp=pp, mbs=mbs, recompute=recompute, seq=seq, gbs=256, zero=zero)
+        s.check(model, cluster)
+        mems.append(evaluate(model, cluster, s).memory_gib)
+    assert all(a >= b - 1e-9 for a, b in itertools.pairwise(mems))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tp=st.sampled_from([1, 2, 8]), pp=st.sampled_from([1, 2, 4]), zero=st.integers(0, 3),
+       flash=st.booleans(), cp=st.sampled_from([1, 2]))
+def test_adding_recompute_never_lowers_step_time(tp, pp, zero, flash, cp):
+    model, cluster = load_model("qwen3-8b"), load_cluster("a100-80gb", gpus=64)
+    times = []
+    for recompute in ("none", "selective", "full"):
+        s = Strategy(tp=tp, pp=pp, zero=zero, cp=cp, recompute=recompute, gbs=128, seq=4096,
+                     flash_attention=flash or cp > 1)
+        s.check(model, cluster)
+        times.append(evaluate(model, cluster, s).step_time_s)
+    assert times[0] <= times[1] + 1e-12 <= times[2] + 2e-12
+
+
+@pytest.mark.parametrize("name", ["llama3.1-8b", "mixtral-8x7b", "deepseek-v3", "gpt-oss-120b", "qwen3-30b-a3b"])
+def test_positive_and_finite_for_valid_layouts(name):
+    model = load_model(name)
+    cluster = load_cluster("h100", gpus=64)
+    rng = np.random.default_rng(1)
+    strategies = []
+    for _ in range(300):
+        s = Strategy(tp=int(rng.choice([1, 2, 4, 8])), pp=int(rng.choice([1, 2, 4])),
+                     ep=int(rng.choice([1, 2, 4, 8])) if model.moe else 1, zero=int(rng.integers(0, 4)),
+                     recompute=str(rng.choice(["none", "selective", "full"])), gbs=256, seq=4096,
+                     precision=str(rng.choice(["bf16", "fp8"])), sp=True,
+                     schedule=str(rng.choice(["1f1b", "zb-h1", "dualpipe"])))
+        try:
+            s.check(model, cluster)
+        except InvalidStrategyError:  # sampling: keep only valid layouts
+            continue
+        strategies.append(s)
+    assert len(strategies) > 20
+    ev = evaluate_layouts(model, cluster, Layouts.from_strategies(strategies))
+    for arr in (ev.step_time_s, ev.memory_gib, ev.mfu, ev.tokens_per_s_per_gpu):
+        assert np.isfinite(arr).all() and (arr > 0).all()
+    for comp in ev.time_exposed.values():
+        assert np.isfinite(comp).all() and (comp >= 0).all()
+
+
+# ------------------------------------------------------------------------------ validation (regression)
+
+@pytest.fixture(scope="module")
+def validation():
+    from parplan.planner.validate import load_runs, validate_runs
+
+    return validate_runs(load_runs())
+
+
+def test_every_published_run_evaluates(validation):
+    assert all(r.estimate is not None for r in validation), [r.error for r in validation if r.error]
+
+
+def test_tier_a_median_error_target(validation):
+    """Issue target: tier-A median absolute throughput error ≤ 10%; peak-memory median ≤ 10%."""
+    errs = [abs(r.throughput_error) for r in validation if r.run.tier == "A"]
+    mems = [abs(r.memory_error) for r in validation if r.memory_error is not None]
+    assert np.median(errs) <= 0.10
+    assert mems and np.median(mems) <= 0.10
+
+
+def test_korthikanti_runs_error(validation):
+    """The 8 runs of Korthikanti et al. Table 5 (regression guard; the README states the current mean)."""
+    errs = [abs(r.throughput_error) for r in validation if r.run.group == "korthikanti22"]
+    assert len(errs) == 8 and np.mean(errs) <= 0.10
