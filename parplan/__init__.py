@@ -10,19 +10,25 @@ from parplan.errors import (
 )
 from parplan.hardware import ClusterSpec, load_cluster
 from parplan.models import ModelSpec, load_model
+from parplan.planner import Estimate, Strategy, evaluate
+from parplan.planner.api import plan
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ClusterSpec",
     "ConfigError",
+    "Estimate",
     "InvalidStrategyError",
     "ModelSpec",
     "NoFeasiblePlanError",
     "ParplanError",
+    "Strategy",
     "UnknownPresetError",
     "UnsupportedModelError",
     "__version__",
+    "evaluate",
     "load_cluster",
     "load_model",
+    "plan",
 ]

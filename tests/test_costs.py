@@ -115,7 +115,7 @@ def test_bubbles_match_formulas(p):
     assert _bubble(S_INTERLEAVED, p, v=4) == pytest.approx((p - 1) * 3 / 4)
     m = 32
     assert _bubble(S_ZBH1, p, t_f=1, t_b=2, t_w=1) / (m * 3) == pytest.approx((p - 1) / (3 * m))
-    f, b, w = 1.0, 2.0, 1.0
+    f, b, w = 1.0, 2.0, 1.0  # T_F = T_B = W: the setting of the published closed forms
     assert _bubble(S_DUALPIPE, p, t_f=f, t_b=b, t_w=w) == pytest.approx((p / 2 - 1) * ((f + b) + b - 3 * w))
     # DualPipeV: 2p stages of half the rank's work each.
     assert _bubble(S_DUALPIPEV, p, t_f=f, t_b=b, t_w=w) == pytest.approx((p - 1) * ((f + b) / 2 + b / 2 - 1.5 * w))

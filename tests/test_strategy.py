@@ -44,7 +44,7 @@ def test_valid_layout_passes(llama70):
     ({"schedule": "zb-h1", "gbs": 64}, 64, "schedule zb-h1 needs pp > 1"),
     ({"pp": 4, "vpp": 30, "schedule": "interleaved", "gbs": 64}, 64, "virtual stages exceed the 80 layers"),
     ({"pp": 8, "vpp": 2, "schedule": "interleaved", "gbs": 32}, 64,
-     "interleaved schedule needs at least pp=8 micro-batches, got 4"),
+     "interleaved schedule needs the micro-batch count to be a multiple of pp=8"),
     ({"zero": 4, "gbs": 64}, 64, "zero must be 0, 1, 2 or 3"),
     ({"tp": 2, "sp": False, "tp_overlap": True, "gbs": 64}, 64, "tp_overlap needs sequence parallelism"),
 ])

@@ -14,6 +14,7 @@ import typer
 from parplan.cli import hardware, models
 from parplan.cli._output import err_console
 from parplan.cli.explain import explain
+from parplan.cli.plan import plan_command
 from parplan.cli.validate import validate
 from parplan.errors import ParplanError
 
@@ -26,6 +27,7 @@ app = typer.Typer(
 )
 app.add_typer(models.app, name="models")
 app.add_typer(hardware.app, name="hardware")
+app.command("plan")(plan_command)
 app.command("explain")(explain)
 app.command("validate")(validate)
 

@@ -149,22 +149,36 @@ def ep_layer(ctx: Ctx, overlap_window_f: np.ndarray, overlap_window_b: np.ndarra
     return fwd, bwd
 
 
-def pp_microbatch(ctx: Ctx) -> Comm:
-    """Activations forward and their gradients backward across one stage boundary per micro-batch,
-    s·b·h (÷tp with sequence parallelism, Megatron's scatter-gather) each way (formulas.md §4.2)."""
+def _p2p_one(ctx: Ctx) -> np.ndarray:
+    """One activation (or gradient) transfer between adjacent stages: s·b·h per micro-batch, ÷tp with
+    sequence parallelism (Megatron's scatter-gather), formulas.md §4.2."""
     msg = ctx.tokens * ctx.model.hidden * ACT_BYTES / np.where(ctx.sp, ctx.t, 1)
-    one = collective_time(ctx.cluster, Collective.SEND_RECV, msg, 2, np.where(ctx.pp_same_domain, 2.0, 1.0))
-    total = np.where(ctx.p > 1, 2 * one * ctx.v, 0.0)
-    waits = (ctx.lay.schedule == S_1F1B) | (ctx.lay.schedule == S_ZBH1)  # interleaved/DualPipe overlap p2p
-    exposed = np.where(waits & (ctx.p > 1), 2 * one, 0.0)
+    return collective_time(ctx.cluster, Collective.SEND_RECV, msg, 2, np.where(ctx.pp_same_domain, 2.0, 1.0))
+
+
+def _chunks(ctx: Ctx) -> np.ndarray:
+    """Model chunks a micro-batch visits per rank: v interleaved, 2 for DualPipe(V), else 1."""
+    dual = (ctx.lay.schedule == S_DUALPIPE) | (ctx.lay.schedule == S_DUALPIPEV)
+    return np.where(dual, 2, ctx.v)
+
+
+def pp_microbatch(ctx: Ctx) -> Comm:
+    """Point-to-point traffic of one rank per micro-batch: a send forward and a send backward per model
+    chunk it holds (an interleaved micro-batch crosses v·p − 1 boundaries instead of p − 1, formulas.md
+    §4.2). 1F1B and ZB wait for their transfers; the interleaved and DualPipe schedules overlap them with
+    compute but still pay each transfer's latency."""
+    one = _p2p_one(ctx)
+    latency = collective_time(ctx.cluster, Collective.SEND_RECV, 0.0, 2, np.where(ctx.pp_same_domain, 2.0, 1.0))
+    chunks = _chunks(ctx)
+    total = np.where(ctx.p > 1, 2 * one * chunks, 0.0)
+    waits = (ctx.lay.schedule == S_1F1B) | (ctx.lay.schedule == S_ZBH1)
+    exposed = np.where(ctx.p > 1, np.where(waits, 2 * one, 2 * chunks * latency), 0.0)
     return Comm(total, exposed)
 
 
 def pp_bubble_transfers(ctx: Ctx) -> np.ndarray:
-    """Fill and drain of the pipeline also wait for p−1 transfers each way."""
-    msg = ctx.tokens * ctx.model.hidden * ACT_BYTES / np.where(ctx.sp, ctx.t, 1)
-    one = collective_time(ctx.cluster, Collective.SEND_RECV, msg, 2, np.where(ctx.pp_same_domain, 2.0, 1.0))
-    return np.where(ctx.p > 1, 2 * (ctx.p - 1) * one, 0.0)
+    """Fill and drain of the pipeline wait for a transfer at each of the v·p − 1 chunk boundaries, each way."""
+    return np.where(ctx.p > 1, 2 * (ctx.p * _chunks(ctx) - 1) * _p2p_one(ctx), 0.0)
 
 
 def reduces_every_microbatch(ctx: Ctx) -> np.ndarray:
@@ -180,21 +194,39 @@ class DataParallel:
     param: Comm
 
 
-def dp_step(ctx: Ctx, dense_params: np.ndarray, expert_params: np.ndarray, layers: np.ndarray, t_f: np.ndarray,
-            t_b: np.ndarray, compute_f: np.ndarray, compute_b: np.ndarray) -> DataParallel:
-    """Data-parallel traffic of one rank per step.
+@dataclass(frozen=True, slots=True)
+class DataParallelTraffic:
+    """Seconds on the wire of each data-parallel collective pattern of one rank (before any overlap).
+
+    Depends only on the parallel grid and the parameters a rank holds, so a search computes it once per
+    distinct grid and reuses it for every batch setting."""
+
+    all_reduce: np.ndarray
+    reduce_scatter: np.ndarray
+    gather: np.ndarray
+    zero3_gather: np.ndarray
+    """One pass of ZeRO-3 parameter all-gathers (per block or prefetch bucket)."""
+    zero3_reduce: np.ndarray
+    last_bucket: np.ndarray
+    """Share of the traffic in the last bucket, which nothing can overlap."""
+    inside: np.ndarray
+    """True where the dense gradient group stays inside one scale-up domain."""
+
+    def take(self, index: np.ndarray) -> DataParallelTraffic:
+        return DataParallelTraffic(*(getattr(self, f)[index] for f in self.__slots__))
+
+
+def dp_traffic(ctx: Ctx, dense_params: np.ndarray, expert_params: np.ndarray,
+               layers: np.ndarray) -> DataParallelTraffic:
+    """Data-parallel collectives of one rank per step, without overlap.
 
     dense_params / expert_params: parameters this rank holds (before ZeRO sharding), in `layers` layers;
     each is reduced in Megatron's DDP buckets (one collective latency per bucket); dense gradients
     reduce over the cp·dp group (CP ranks hold the same weights), expert gradients over the expert-DP
-    group (formulas.md §4.3). t_f / t_b: the rank's forward / backward time of one micro-batch (the
-    overlap windows); compute_f / compute_b: its compute only (the window ZeRO-3 prefetch hides behind).
+    group (formulas.md §4.3).
     """
-    zero = ctx.lay.zero
-    m = ctx.m.astype(float)
     n_d, n_e = ctx.c * ctx.dp, ctx.edp
     cl = ctx.cluster
-
     total_params = np.maximum(dense_params + expert_params, 1.0)
     buckets_d = np.ceil(dense_params / ddp_bucket_params(n_d))
     buckets_e = np.ceil(expert_params / ddp_bucket_params(n_e))
@@ -202,25 +234,34 @@ def dp_step(ctx: Ctx, dense_params: np.ndarray, expert_params: np.ndarray, layer
     z3_d = np.maximum(layers, np.ceil(dense_params / ZERO3_BUCKET_PARAMS))
     z3_e = np.maximum(np.where(expert_params > 0, layers, 0), np.ceil(expert_params / ZERO3_BUCKET_PARAMS))
 
-    def group(kind: Collective, params: np.ndarray, nbytes: int, n: np.ndarray, dom: np.ndarray,
-              count: np.ndarray) -> np.ndarray:
-        return collective_time(cl, kind, params * nbytes, n, dom, count)
+    def both(kind: Collective, nbytes: int, count_d: np.ndarray, count_e: np.ndarray) -> np.ndarray:
+        return (collective_time(cl, kind, dense_params * nbytes, n_d, ctx.dp_domain, count_d)
+                + collective_time(cl, kind, expert_params * nbytes, n_e, ctx.edp_domain, count_e))
 
-    rs_d = group(Collective.REDUCE_SCATTER, dense_params, GRAD_BYTES, n_d, ctx.dp_domain, buckets_d)
-    rs_e = group(Collective.REDUCE_SCATTER, expert_params, GRAD_BYTES, n_e, ctx.edp_domain, buckets_e)
-    ar_d = group(Collective.ALL_REDUCE, dense_params, GRAD_BYTES, n_d, ctx.dp_domain, buckets_d)
-    ar_e = group(Collective.ALL_REDUCE, expert_params, GRAD_BYTES, n_e, ctx.edp_domain, buckets_e)
-    ag_d = group(Collective.ALL_GATHER, dense_params, PARAM_GATHER_BYTES, n_d, ctx.dp_domain, buckets_d)
-    ag_e = group(Collective.ALL_GATHER, expert_params, PARAM_GATHER_BYTES, n_e, ctx.edp_domain, buckets_e)
-    z3_rs = (group(Collective.REDUCE_SCATTER, dense_params, GRAD_BYTES, n_d, ctx.dp_domain, z3_d)
-             + group(Collective.REDUCE_SCATTER, expert_params, GRAD_BYTES, n_e, ctx.edp_domain, z3_e))
-    z3_ag = (group(Collective.ALL_GATHER, dense_params, PARAM_GATHER_BYTES, n_d, ctx.dp_domain, z3_d)
-             + group(Collective.ALL_GATHER, expert_params, PARAM_GATHER_BYTES, n_e, ctx.edp_domain, z3_e))
-    reduce_once = np.where(zero == 0, ar_d + ar_e, rs_d + rs_e)
-    gather_once = ag_d + ag_e
-    last_bucket = np.minimum(1.0, ddp_bucket_params(n_d) / total_params)
-    inside = _in_domain(ctx.dp_domain, n_d)
-    cost = _cost(ctx, inside)
+    return DataParallelTraffic(
+        all_reduce=both(Collective.ALL_REDUCE, GRAD_BYTES, buckets_d, buckets_e),
+        reduce_scatter=both(Collective.REDUCE_SCATTER, GRAD_BYTES, buckets_d, buckets_e),
+        gather=both(Collective.ALL_GATHER, PARAM_GATHER_BYTES, buckets_d, buckets_e),
+        zero3_gather=both(Collective.ALL_GATHER, PARAM_GATHER_BYTES, z3_d, z3_e),
+        zero3_reduce=both(Collective.REDUCE_SCATTER, GRAD_BYTES, z3_d, z3_e),
+        last_bucket=np.minimum(1.0, ddp_bucket_params(n_d) / total_params),
+        inside=_in_domain(ctx.dp_domain, n_d),
+    )
+
+
+def dp_step(ctx: Ctx, traffic: DataParallelTraffic, t_f: np.ndarray, t_b: np.ndarray, compute_f: np.ndarray,
+            compute_b: np.ndarray) -> DataParallel:
+    """What the step waits for of the data-parallel traffic of one rank.
+
+    t_f / t_b: the rank's forward / backward time of one micro-batch (the overlap windows); compute_f /
+    compute_b: its compute only (the window ZeRO-3 prefetch hides behind).
+    """
+    zero = ctx.lay.zero
+    m = ctx.m.astype(float)
+    reduce_once = np.where(zero == 0, traffic.all_reduce, traffic.reduce_scatter)
+    gather_once = traffic.gather
+    z3_ag, z3_rs, last_bucket = traffic.zero3_gather, traffic.zero3_reduce, traffic.last_bucket
+    cost = _cost(ctx, traffic.inside)
 
     # ZeRO 0/1: one reduction per step, overlapped with the last micro-batch's backward.
     once_exposed = np.maximum(_overlap(reduce_once, t_b, cost), last_bucket * reduce_once)

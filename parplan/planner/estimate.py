@@ -12,6 +12,7 @@ the recomputed forward FLOPs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -128,17 +129,17 @@ def _embedding_work(ctx: Ctx) -> _Work:
 
 def _patterns(model: ModelSpec, lay: Layouts) -> dict[str, np.ndarray]:
     """(N, K) arrays describing the distinct rank patterns of each layout's pipeline (count 0 = padding)."""
-    keys = np.stack([lay.pp, lay.vpp, lay.schedule.astype(np.int64)], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    first, inverse = _group([lay.pp, lay.vpp, lay.schedule])
+    uniq = zip(lay.pp[first], lay.vpp[first], lay.schedule[first], strict=True)
     tables = [rank_patterns(model, int(p), int(v), int(sc)) for p, v, sc in uniq]
     k = max(len(tb) for tb in tables)
     fields = ("rank", "count", "dense", "moe", "embedding", "head", "work")
-    arr = {f: np.zeros((len(uniq), k)) for f in fields}
+    arr = {f: np.zeros((len(first), k)) for f in fields}
     for i, tb in enumerate(tables):
         for j, pat in enumerate(tb):
             for f in fields:
                 arr[f][i, j] = float(getattr(pat, f))
-    return {f: a[inverse.ravel()] for f, a in arr.items()}
+    return {f: a[inverse] for f, a in arr.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,16 +174,134 @@ class Evaluation:
         return Estimate.from_evaluation(self, i)
 
 
-def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts) -> Evaluation:
-    """Evaluate a batch of (valid) layouts with numpy; the same formulas as `evaluate`."""
+_LAYER_KEYS = ("tp", "cp", "ep", "etp", "mbs", "seq", "sp", "precision", "flash_attention", "recompute",
+               "tp_overlap", "schedule")
+"""The fields per-layer work depends on; pp, vpp, zero and gbs only change how the work is combined."""
+_GRID_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp", "schedule")
+"""The fields data-parallel traffic depends on (group sizes and the parameters a rank holds)."""
+
+
+def _group(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(index of one representative per distinct row of `columns`, inverse map from every row to its group).
+
+    Rows are packed into one int64 (mixed radix over each column's value range) so that a single 1-D sort
+    groups them; a column with a huge range is first replaced by its rank among its distinct values.
+    """
+    code = np.zeros(len(columns[0]), dtype=np.int64)
+    capacity = 1
+    for col in columns:
+        col = col.astype(np.int64)
+        lo, hi = int(col.min()), int(col.max())
+        span = hi - lo + 1
+        if span > 1 << 20:
+            values, col = np.unique(col, return_inverse=True)
+            lo, span = 0, len(values)
+        capacity *= span
+        if capacity >= 1 << 62:  # would overflow: compact what we have so far
+            _, code = np.unique(code, return_inverse=True)
+            capacity = (int(code.max()) + 1) * span
+        code = code * span + (col - lo)
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
+
+
+def _distinct(lay: Layouts, fields: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(index of one representative per distinct combination of `fields`, inverse map to every layout)."""
+    return _group([getattr(lay, name) for name in fields])
+
+
+def _take_work(work: _Work, index: np.ndarray, breakdown: bool) -> _Work:
+    parts = {k: v[index] for k, v in work.parts.items()} if breakdown else {}
+    comm_totals = {k: v[index] for k, v in work.total_comm.items()} if breakdown else {}
+    return _Work(parts, comm_totals, work.fwd[index], work.bwd[index], work.wgrad[index], work.compute_f[index],
+                 work.compute_b[index])
+
+
+@dataclass(frozen=True, slots=True)
+class _RankParams:
+    """(N, K) parameters per rank pattern: dense and expert (before ZeRO), and per-layer figures."""
+
+    dense: np.ndarray
+    expert: np.ndarray
+    linear: np.ndarray
+    """Linear-layer parameters (what fp8 caches)."""
+    largest_layer: np.ndarray
+    """(N,) parameters of the largest layer on a rank (ZeRO-3 gathers one at a time)."""
+
+
+def _rank_params(ctx: Ctx, pat: dict[str, np.ndarray]) -> _RankParams:
+    n, model = len(ctx.lay), ctx.model
+    dense_d, expert_d, lin_d = memory.layer_params(ctx, LayerKind.DENSE)
+    dense_m, expert_m, lin_m = (memory.layer_params(ctx, LayerKind.MOE) if model.moe_layer_count
+                                else (_zeros(n), _zeros(n), _zeros(n)))
+    mtp_dense, mtp_expert = memory.mtp_params(ctx)
+    emb, hd = memory.embedding_params(ctx), memory.head_params(ctx)
+    dense, moe, head = pat["dense"], pat["moe"], pat["head"]
+    return _RankParams(
+        dense=dense * dense_d[:, None] + moe * dense_m[:, None] + pat["embedding"] * emb[:, None]
+        + head * (hd + mtp_dense)[:, None],
+        expert=dense * expert_d[:, None] + moe * expert_m[:, None] + head * mtp_expert[:, None],
+        linear=dense * lin_d[:, None] + moe * lin_m[:, None],
+        largest_layer=np.maximum(dense_d + expert_d, dense_m + expert_m),
+    )
+
+
+def _rank_memory(ctx: Ctx, pat: dict[str, np.ndarray], params: _RankParams) -> memory.RankMemory:
+    """Bytes per rank pattern (N, K) by component (formulas.md §3)."""
+    model, lay, n = ctx.model, ctx.lay, len(ctx.lay)
+    zero = lay.zero[:, None]
+    sharded_grads = comm.reduces_every_microbatch(ctx)[:, None]
+    shard_d = (ctx.c * ctx.dp).astype(float)[:, None]
+    shard_e = ctx.edp.astype(float)[:, None]
+    wd, gd, od = memory.model_state_bytes(params.dense, shard_d, zero, grads_sharded=sharded_grads)
+    we, ge, oe = memory.model_state_bytes(params.expert, shard_e, zero, grads_sharded=sharded_grads)
+    inflight = inflight_microbatches(pat["rank"], ctx.p[:, None], ctx.v[:, None], ctx.m[:, None],
+                                     lay.schedule[:, None])
+    act_d = memory.layer_activation_bytes(ctx, LayerKind.DENSE)
+    act_m = memory.layer_activation_bytes(ctx, LayerKind.MOE) if model.moe_layer_count else _zeros(n)
+    act_mtp = (model.mtp_layers * (act_m if model.mtp_layer_kind is LayerKind.MOE else act_d)
+               + model.mtp_layers * 4 * ACT_BYTES * ctx.tokens_sp * model.hidden)
+    token_ids = memory.TOKEN_ID_BYTES * ctx.b * ctx.s / ctx.c
+    activations = inflight * (pat["dense"] * act_d[:, None] + pat["moe"] * act_m[:, None]
+                              + pat["head"] * act_mtp[:, None] + pat["embedding"] * token_ids[:, None])
+    zero3_buffers = np.where(lay.zero == 3, 2 * (2 * memory.WEIGHT_BYTES) * params.largest_layer, 0.0)
+    fp8_cache = np.where(ctx.fp8[:, None], memory.FP8_WEIGHT_CACHE_BYTES * params.linear, 0.0)
+    logits, working = memory.transient_bytes(ctx)
+    buffers = zero3_buffers[:, None] + fp8_cache + pat["head"] * logits[:, None] + working[:, None]
+    return memory.RankMemory(weights=wd + we, gradients=gd + ge, optimizer=od + oe, activations=activations,
+                             buffers=buffers)
+
+
+def _peak_gib(rank_mem: memory.RankMemory, pat: dict[str, np.ndarray]) -> np.ndarray:
+    return np.where(pat["count"] > 0, rank_mem.total / 2**30, -np.inf).max(axis=1)
+
+
+def required_memory_gib(model: ModelSpec, cluster: ClusterSpec, lay: Layouts) -> np.ndarray:
+    """GPU memory each layout needs (peak allocated + allocator headroom + context), without its time:
+    what a search checks first, since a layout that cannot fit needs no step time."""
+    ctx = Ctx.build(model, cluster, lay)
+    pat = _patterns(model, lay)
+    return memory.required_gib(_peak_gib(_rank_memory(ctx, pat, _rank_params(ctx, pat)), pat))
+
+
+def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, breakdown: bool = True) -> Evaluation:
+    """Evaluate a batch of (valid) layouts with numpy; the same formulas as `evaluate`.
+
+    Per-layer work is computed once per distinct combination of the fields it depends on and broadcast
+    back, which keeps a search over millions of layouts fast without a second copy of any formula.
+    breakdown=False skips assembling the per-component arrays (a search ranks first and then asks for the
+    breakdown of its winners).
+    """
     n = len(lay)
     ctx = Ctx.build(model, cluster, lay)
+    first, inverse = _distinct(lay, _LAYER_KEYS)
+    sub = Ctx.build(model, cluster, lay.take(first))
     kinds = [LayerKind.DENSE] + ([LayerKind.MOE] if model.moe_layer_count else [])
-    work = {kind: _layer_work(ctx, kind) for kind in kinds}
+    work = {kind: _take_work(_layer_work(sub, kind), inverse, breakdown) for kind in kinds}
     if LayerKind.MOE not in work:
         work[LayerKind.MOE] = _Work({}, {}, _zeros(n), _zeros(n), _zeros(n), _zeros(n), _zeros(n))
-    head = _head_work(ctx)
-    embedding = _embedding_work(ctx)
+    head = _take_work(_head_work(sub), inverse, breakdown)
+    embedding = _take_work(_embedding_work(sub), inverse, breakdown)
     pat = _patterns(model, lay)
 
     def col(x: np.ndarray) -> np.ndarray:
@@ -218,80 +337,56 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts) -> Ev
     bubble = bubble_time(ctx.p, ctx.v, lay.schedule, mean(t_f), mean(t_b), mean(t_w)) + comm.pp_bubble_transfers(ctx)
     pipeline = m * pick(t_mb) + bubble
 
-    # Parameters held per rank pattern, then data-parallel traffic and the optimizer.
-    dense_d, expert_d, lin_d = memory.layer_params(ctx, LayerKind.DENSE)
-    dense_m, expert_m, lin_m = (memory.layer_params(ctx, LayerKind.MOE) if model.moe_layer_count
-                                else (_zeros(n), _zeros(n), _zeros(n)))
-    mtp_dense, mtp_expert = memory.mtp_params(ctx)
-    emb, hd = memory.embedding_params(ctx), memory.head_params(ctx)
-    p_dense = dense * col(dense_d) + moe * col(dense_m) + pat["embedding"] * col(emb) + has_head * col(hd + mtp_dense)
-    p_expert = dense * col(expert_d) + moe * col(expert_m) + has_head * col(mtp_expert)
-    # Data-parallel exposure of rank 0 (pattern 0): the first stage finishes the pipeline last.
-    layers0 = dense[:, 0] + moe[:, 0]
-    dp = comm.dp_step(ctx, p_dense[:, 0], p_expert[:, 0], layers0, t_f[:, 0], t_b[:, 0], c_f[:, 0], c_b[:, 0])
-    shard_d = (ctx.c * ctx.dp).astype(float)
-    shard_e = ctx.edp.astype(float)
-    zero = lay.zero
-    local = (p_dense / np.where(col(zero) >= 1, col(shard_d), 1)
-             + p_expert / np.where(col(zero) >= 1, col(shard_e), 1))
+    # Data-parallel traffic of rank 0 (pattern 0: the first stage finishes the pipeline last), computed
+    # once per distinct parallel grid, then the optimizer over the parameters each rank updates.
+    params = _rank_params(ctx, pat)
+    g_first, g_inverse = _distinct(lay, _GRID_KEYS)
+    g_ctx = Ctx.build(model, cluster, lay.take(g_first))
+    traffic = comm.dp_traffic(g_ctx, params.dense[g_first, 0], params.expert[g_first, 0],
+                              (dense[:, 0] + moe[:, 0])[g_first]).take(g_inverse)
+    dp = comm.dp_step(ctx, traffic, t_f[:, 0], t_b[:, 0], c_f[:, 0], c_b[:, 0])
+    zero = col(lay.zero)
+    local = (params.dense / np.where(zero >= 1, col((ctx.c * ctx.dp).astype(float)), 1)
+             + params.expert / np.where(zero >= 1, col(ctx.edp.astype(float)), 1))
     optimizer = np.max(np.where(real, compute.optimizer_time(ctx, local), 0.0), axis=1)
     step = pipeline + dp.grad.exposed + dp.param.exposed + optimizer
 
-    # Memory per rank pattern.
-    sharded_grads = col(comm.reduces_every_microbatch(ctx))
-    wd, gd, od = memory.model_state_bytes(p_dense, col(shard_d), col(zero), grads_sharded=sharded_grads)
-    we, ge, oe = memory.model_state_bytes(p_expert, col(shard_e), col(zero), grads_sharded=sharded_grads)
-    inflight = inflight_microbatches(pat["rank"], col(ctx.p), col(ctx.v), col(ctx.m), col(lay.schedule))
-    act_d = memory.layer_activation_bytes(ctx, LayerKind.DENSE)
-    act_m = memory.layer_activation_bytes(ctx, LayerKind.MOE) if model.moe_layer_count else _zeros(n)
-    act_mtp = (model.mtp_layers * (act_m if model.mtp_layer_kind is LayerKind.MOE else act_d)
-               + model.mtp_layers * 4 * ACT_BYTES * ctx.tokens_sp * model.hidden)
-    token_ids = memory.TOKEN_ID_BYTES * ctx.b * ctx.s / ctx.c
-    activations = inflight * (dense * col(act_d) + moe * col(act_m) + has_head * col(act_mtp)
-                              + pat["embedding"] * col(token_ids))
-    largest_layer = np.maximum(dense_d + expert_d, dense_m + expert_m)
-    zero3_buffers = np.where(zero == 3, 2 * (memory.WEIGHT_BYTES + memory.WEIGHT_BYTES) * largest_layer, 0.0)
-    fp8_cache = np.where(col(ctx.fp8), memory.FP8_WEIGHT_CACHE_BYTES
-                         * (dense * col(lin_d) + moe * col(lin_m)), 0.0)
-    logits, working = memory.transient_bytes(ctx)
-    buffers = col(zero3_buffers) + fp8_cache + has_head * col(logits) + col(working)
-    rank_mem = memory.RankMemory(weights=wd + we, gradients=gd + ge, optimizer=od + oe, activations=activations,
-                                 buffers=buffers)
-    mem_gib = {k: np.where(real, v, 0.0) for k, v in rank_mem.as_gib().items()}
-    total_gib = np.where(real, rank_mem.total / 2**30, -np.inf)
-    peak = total_gib.max(axis=1)
+    rank_mem = _rank_memory(ctx, pat, params)
+    mem_gib = {k: np.where(real, v, 0.0) for k, v in rank_mem.as_gib().items()} if breakdown else {}
+    peak = _peak_gib(rank_mem, pat)
     required = memory.required_gib(peak)
 
     tokens_per_s_per_gpu = lay.gbs * lay.seq / (step * cluster.gpus)
-    model_flops = np.array([model.training_flops_per_token(float(s)) for s in np.unique(lay.seq)])
-    model_flops = model_flops[np.searchsorted(np.unique(lay.seq), lay.seq)]
+    seqs, seq_index = np.unique(lay.seq, return_inverse=True)
+
+    def per_seq(flops_of: Callable[[float], float]) -> np.ndarray:
+        """A per-token FLOP count of the model at each layout's sequence length."""
+        return np.array([flops_of(float(x)) for x in seqs])[seq_index.ravel()]
+
+    model_flops = per_seq(model.training_flops_per_token)
     peak_flops = np.where(ctx.fp8, cluster.gpu.peak_tflops.get("fp8", np.nan), cluster.gpu.peak_tflops["bf16"])
     mfu = tokens_per_s_per_gpu * model_flops / (peak_flops * 1e12)
-    layers_fwd = np.array([model.forward_flops_per_token(float(s)) - 2.0 * model.hidden * model.vocab
-                           * (1 + model.mtp_layers) for s in np.unique(lay.seq)])
-    layers_fwd = layers_fwd[np.searchsorted(np.unique(lay.seq), lay.seq)]
-    attn_fwd = np.array([model.attention_core_flops_per_token(float(s)) for s in np.unique(lay.seq)])
-    attn_fwd = attn_fwd[np.searchsorted(np.unique(lay.seq), lay.seq)]
+    layers_fwd = per_seq(lambda x: model.forward_flops_per_token(x) - 2.0 * model.hidden * model.vocab
+                         * (1 + model.mtp_layers))
+    attn_fwd = per_seq(model.attention_core_flops_per_token)
     extra = np.select([lay.recompute == RC_FULL, lay.recompute == RC_SELECTIVE], [layers_fwd, attn_fwd], 0.0)
     hfu = mfu * (model_flops + extra) / model_flops
 
     # Time breakdown on the critical rank.
     exposed: dict[str, np.ndarray] = {}
     total: dict[str, np.ndarray] = {}
-    for name in ("gemm", "attention", "elementwise", "recompute", "tp_comm", "cp_comm", "ep_comm"):
-        rank_val = per_rank(lambda x, name=name: x.parts.get(name, _zeros(n)))
-        exposed[name] = m * pick(rank_val)
-    for name in ("tp_comm", "cp_comm", "ep_comm"):
-        rank_val = per_rank(lambda x, name=name: x.total_comm.get(name, _zeros(n)))
-        total[name] = m * pick(rank_val)
-    exposed["pp_comm"] = m * pp_mb.exposed
-    total["pp_comm"] = m * pp_mb.total
-    exposed["pipeline_bubble"] = bubble
-    exposed["dp_grad_reduce"], total["dp_grad_reduce"] = dp.grad.exposed, dp.grad.total
-    exposed["dp_param_gather"], total["dp_param_gather"] = dp.param.exposed, dp.param.total
-    exposed["optimizer"] = optimizer
-    for name in TIME_COMPONENTS:
-        total.setdefault(name, exposed[name])
+    if breakdown:
+        for name in ("gemm", "attention", "elementwise", "recompute", "tp_comm", "cp_comm", "ep_comm"):
+            exposed[name] = m * pick(per_rank(lambda x, name=name: x.parts.get(name, _zeros(n))))
+        for name in ("tp_comm", "cp_comm", "ep_comm"):
+            total[name] = m * pick(per_rank(lambda x, name=name: x.total_comm.get(name, _zeros(n))))
+        exposed["pp_comm"], total["pp_comm"] = m * pp_mb.exposed, m * pp_mb.total
+        exposed["pipeline_bubble"] = bubble
+        exposed["dp_grad_reduce"], total["dp_grad_reduce"] = dp.grad.exposed, dp.grad.total
+        exposed["dp_param_gather"], total["dp_param_gather"] = dp.param.exposed, dp.param.total
+        exposed["optimizer"] = optimizer
+        for name in TIME_COMPONENTS:
+            total.setdefault(name, exposed[name])
     return Evaluation(
         model=model, cluster=cluster, layouts=lay, step_time_s=step, tokens_per_s_per_gpu=tokens_per_s_per_gpu,
         mfu=mfu, hfu=hfu, memory_gib=peak, required_gib=required, fits=required <= cluster.gpu.hbm_gib,

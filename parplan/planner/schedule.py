@@ -115,19 +115,23 @@ def inflight_microbatches(rank: np.ndarray, pp: np.ndarray, vpp: np.ndarray, m: 
 def bubble_time(pp: np.ndarray, vpp: np.ndarray, schedule: np.ndarray, t_f: np.ndarray, t_b: np.ndarray,
                 t_w: np.ndarray) -> np.ndarray:
     """Idle time of a pipeline per step, from per-micro-batch forward, backward and weight-grad times of
-    one rank (formulas.md §5):
+    one rank (formulas.md §5), with B = t_b the full backward and T_B = t_b − t_w its input-grad part:
 
-    1F1B (p−1)(F+B); interleaved (p−1)(F+B)/v; ZB-H1 (p−1)(T_F + T_B − T_W) with T_B = B − W;
-    DualPipe (p/2 − 1)(F&B + B − 3W) with F&B = F + B (overlap hides communication, not compute);
-    DualPipeV the same formula over its 2p half-size stages.
+    1F1B (p−1)(F+B); interleaved (p−1)(F+B)/v; ZB-H1 (p−1)·max(T_F + T_B − T_W, T_F, T_B);
+    DualPipe (p/2 − 1)(F&B + max(T_F, T_B) − 2W) with F&B = F + B (overlap hides communication, not
+    compute); DualPipeV the same over its 2p half-size stages.
+
+    The published closed forms (p−1)(T_F + T_B − T_W) and (PP/2 − 1)(F&B + B − 3W) assume W ≤ T_F = T_B; a
+    discrete-event replay of the reference schedules (planner/timeline.py: Megatron-DeepSpeed
+    ZeroBubbleH1Pipeline, DualPipe.step) shows the max() forms above outside that case.
     """
     p = pp.astype(float)
     full = t_f + t_b
+    t_bi = t_b - t_w
+    zb = np.maximum(np.maximum(t_f + t_bi - t_w, t_f), t_bi)
+    dual = t_f + t_b + np.maximum(t_f, t_bi) - 2 * t_w
     return np.select(
         [schedule == S_INTERLEAVED, schedule == S_ZBH1, schedule == S_DUALPIPE, schedule == S_DUALPIPEV],
-        [(p - 1) * full / vpp,
-         (p - 1) * (t_f + t_b - 2 * t_w),
-         (p / 2 - 1) * (t_f + 2 * t_b - 3 * t_w),
-         (p - 1) * (t_f + 2 * t_b - 3 * t_w) / 2],
+        [(p - 1) * full / vpp, (p - 1) * zb, (p / 2 - 1) * dual, (p - 1) * dual / 2],
         (p - 1) * full,
     )

@@ -228,8 +228,9 @@ RULES: tuple[Rule, ...] = (
                           "DualPipeV holds two stages per rank: vpp must be 2" if s.schedule == "dualpipev"
                           else f"vpp={s.vpp} needs the interleaved schedule (or dualpipev with vpp=2)")),
     Rule("interleaved_microbatches",
-         lambda lay, m, c: ~_sched(lay, "interleaved") | (lay.microbatches(c.gpus) >= lay.pp),
-         lambda s, m, c: f"the interleaved schedule needs at least pp={s.pp} micro-batches, got "
+         lambda lay, m, c: ~_sched(lay, "interleaved") | (lay.microbatches(c.gpus) % lay.pp == 0),
+         lambda s, m, c: f"the interleaved schedule needs the micro-batch count to be a multiple of pp={s.pp} "
+                         f"(Megatron groups micro-batches by pp; a partial group adds bubble), got "
                          f"{s.gbs // max(1, s.dp(c.gpus) * s.mbs)}"),
     Rule("dualpipe_even_pp", lambda lay, m, c: ~_sched(lay, "dualpipe") | (lay.pp % 2 == 0),
          lambda s, m, c: f"DualPipe needs an even pp, got {s.pp}"),

@@ -1,0 +1,199 @@
+"""`parplan plan`: search every layout and recommend the best, with the reason and the command to inspect it."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from parplan.cli._options import ClusterOpt, JsonOpt, ModelOpt, SeqOpt
+from parplan.cli._output import console, err_console, print_json
+from parplan.cli.explain import layout_text
+from parplan.errors import ConfigError, NoFeasiblePlanError
+from parplan.hardware import load_cluster
+from parplan.models import load_model
+from parplan.planner.api import space_from_options, why_better
+from parplan.planner.estimate import Estimate
+from parplan.planner.search import OBJECTIVES, PlanResult, gpu_counts, plan_or_raise
+
+IntSpec = Annotated[str | None, typer.Option(help="A value, a list (1,2,4) or a range (1..16).")]
+
+
+def _progress_callback():
+    """A spinner on stderr that appears only when the search runs longer than a second."""
+    state: dict[str, object] = {"start": time.perf_counter(), "bar": None}
+
+    def update(done: int) -> None:
+        if state["bar"] is None and time.perf_counter() - state["start"] > 1.0:
+            bar = Progress(SpinnerColumn(), TextColumn("searching layouts: {task.completed:,} evaluated"),
+                           TimeElapsedColumn(), console=err_console, transient=True)
+            bar.start()
+            state["bar"], state["task"] = bar, bar.add_task("search", total=None)
+        if state["bar"] is not None:
+            state["bar"].update(state["task"], completed=done)
+
+    def close() -> None:
+        if state["bar"] is not None:
+            state["bar"].stop()
+
+    return update, close
+
+
+def _explain_command(est: Estimate, model: str, cluster: str) -> str:
+    s = est.strategy
+    parts = [f"parplan explain --model {model} --cluster {cluster} --gpus {est.gpus}", f"--tp {s.tp} --pp {s.pp}"]
+    for name in ("cp", "ep", "etp", "vpp"):
+        if getattr(s, name) != 1:
+            parts.append(f"--{name} {getattr(s, name)}")
+    parts.append(f"--zero {s.zero} {'--sp' if s.sp else '--no-sp'} --recompute {s.recompute}")
+    parts.append(f"--mbs {s.mbs} --gbs {s.gbs} --seq {s.seq} --schedule {s.schedule} --precision {s.precision}")
+    if s.tp_overlap:
+        parts.append("--tp-overlap")
+    return " ".join(parts)
+
+
+def _plans_table(result: PlanResult, title: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("#", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sp", "recompute", "mbs", "schedule", "prec",
+                "tok/s/GPU", "MFU", "step s", "mem GiB"):
+        table.add_column(col, justify="right" if col not in ("recompute", "schedule", "prec", "sp") else "left")
+    for i, e in enumerate(result.plans, 1):
+        s = e.strategy
+        table.add_row(str(i), str(s.tp), str(s.pp), str(s.dp(e.gpus)), str(s.cp), str(s.ep), str(s.vpp), str(s.zero),
+                      "on" if s.sp else "off", s.recompute, str(s.mbs), s.schedule + (" +ovl" if s.tp_overlap else ""),
+                      s.precision, f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.mfu:.1%}", f"{e.step_time_s:.2f}",
+                      f"{e.required_gib:.1f}/{e.capacity_gib:g}")
+    return table
+
+
+def _plan_doc(result: PlanResult) -> dict[str, object]:
+    return {"evaluated": result.evaluated, "feasible": result.feasible, "search_seconds": result.search_seconds,
+            "plans": [e.as_dict() for e in result.plans]}
+
+
+def plan_command(
+    model: ModelOpt,
+    cluster: ClusterOpt,
+    gpus: Annotated[str, typer.Option("--gpus", "-n", help="GPU count, list (256,512) or powers of two (256..4096).")],
+    gbs: Annotated[int, typer.Option(min=1, help="Global batch, sequences per step.")],
+    seq: SeqOpt = 4096,
+    tp: IntSpec = None,
+    pp: IntSpec = None,
+    cp: IntSpec = None,
+    ep: IntSpec = None,
+    etp: IntSpec = None,
+    vpp: IntSpec = None,
+    zero: IntSpec = None,
+    mbs: IntSpec = None,
+    max_tp: Annotated[int | None, typer.Option(min=1, help="Upper bound on tp.")] = None,
+    max_pp: Annotated[int | None, typer.Option(min=1, help="Upper bound on pp.")] = None,
+    max_cp: Annotated[int | None, typer.Option(min=1, help="Upper bound on cp.")] = None,
+    max_ep: Annotated[int | None, typer.Option(min=1, help="Upper bound on ep.")] = None,
+    sp: Annotated[str | None, typer.Option(help="on, off (default: both).")] = None,
+    recompute: Annotated[str | None, typer.Option(help="Allowed: none,selective,full (default all).")] = None,
+    schedule: Annotated[str | None, typer.Option(help="Allowed schedules, e.g. 1f1b,interleaved.")] = None,
+    precision: Annotated[str, typer.Option(help="bf16, fp8 or bf16,fp8.")] = "bf16",
+    max_memory_fraction: Annotated[float, typer.Option(min=0.1, max=1.0,
+                                                       help="Use at most this share of GPU memory.")] = 1.0,
+    objective: Annotated[str, typer.Option(help="throughput, memory or cost.")] = "throughput",
+    within: Annotated[float, typer.Option(help="--objective memory: throughput slack vs the best.")] = 0.05,
+    tokens: Annotated[float | None, typer.Option(help="Token budget, e.g. 15e12 (with --days or for cost).")] = None,
+    days: Annotated[float | None, typer.Option(help="Deadline in days: smallest GPU count meeting it.")] = None,
+    top: Annotated[int, typer.Option(min=1, help="Rows to show.")] = 5,
+    json_out: JsonOpt = False,
+) -> None:
+    """Search every valid layout, drop those that do not fit, and recommend the best."""
+    if objective not in OBJECTIVES:
+        raise typer.BadParameter(f"must be one of {', '.join(OBJECTIVES)}", param_hint="--objective")
+    if days is not None and tokens is None:
+        raise typer.BadParameter("--days needs --tokens", param_hint="--days")
+    try:
+        counts = gpu_counts(gpus)
+    except ValueError:
+        raise typer.BadParameter("expected N, a list N,M or a range N..M", param_hint="--gpus") from None
+    if not counts:
+        raise typer.BadParameter("no GPU count in the range", param_hint="--gpus")
+    space = space_from_options(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs, max_tp=max_tp,
+                               max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, sp=sp, recompute=recompute,
+                               schedule=schedule, precision=precision, max_memory_fraction=max_memory_fraction)
+    model_spec = load_model(model)
+    base = load_cluster(cluster)
+    if "fp8" in space.precision and not base.gpu.supports_fp8:
+        raise ConfigError(f"{base.gpu.name} has no fp8 tensor cores; use --precision bf16", field="precision")
+    update, close = _progress_callback()
+    results: list[tuple[int, PlanResult]] = []
+    failure: NoFeasiblePlanError | None = None
+    try:
+        for n in counts:
+            try:
+                result = plan_or_raise(model_spec, base.with_gpus(n), gbs=gbs, seq=seq, space=space,
+                                       objective=objective, top=top, within=within, progress=update)
+            except NoFeasiblePlanError as e:
+                if len(counts) == 1:
+                    raise
+                failure = e  # a range of sizes: smaller clusters may simply not fit
+                continue
+            results.append((n, result))
+    finally:
+        close()
+    if not results:
+        assert failure is not None
+        raise failure
+    if len(results) == 1:
+        _show_single(results[0][1], model, cluster, tokens, json_out)
+    else:
+        _show_sizes(results, tokens, days, json_out)
+
+
+def _days(tokens: float, est: Estimate) -> float:
+    return tokens / est.tokens_per_s / 86400
+
+
+def _show_single(result: PlanResult, model: str, cluster: str, tokens: float | None, json_out: bool) -> None:
+    best = result.plans[0]
+    if json_out:
+        doc = _plan_doc(result)
+        if tokens:
+            doc["days"] = _days(tokens, best)
+            doc["gpu_hours"] = tokens / best.tokens_per_s_per_gpu / 3600
+        print_json(doc)
+        return
+    console.print(_plans_table(result, f"Best layouts of {best.model} on {best.gpus}× {best.cluster} "
+                                       f"({result.evaluated:,} valid layouts, {result.feasible:,} fit, "
+                                       f"{result.search_seconds:.2f} s)"))
+    if len(result.plans) > 1:
+        console.print(why_better(best, result.plans[1]), highlight=False)
+    if tokens:
+        console.print(f"{tokens:.3g} tokens take {_days(tokens, best):.1f} days "
+                      f"({tokens / best.tokens_per_s_per_gpu / 3600:,.0f} GPU-hours).", highlight=False)
+    console.print("Inspect it with:", highlight=False)
+    console.print(f"  {_explain_command(best, model, cluster)}", highlight=False, soft_wrap=True)
+
+
+def _show_sizes(results: list[tuple[int, PlanResult]], tokens: float | None, days: float | None,
+                json_out: bool) -> None:
+    chosen = None
+    if tokens and days:
+        meeting = [(n, r) for n, r in results if _days(tokens, r.plans[0]) <= days]
+        chosen = meeting[0][0] if meeting else None
+    if json_out:
+        print_json({"sizes": [{"gpus": n, **_plan_doc(r)} for n, r in results],
+                    "recommended_gpus": chosen})
+        return
+    table = Table(title="Best layout per cluster size", title_justify="left")
+    for col in ("GPUs", "layout", "tok/s/GPU", "tokens/s", "MFU", "mem GiB") + (("days",) if tokens else ()):
+        table.add_column(col, justify="left" if col == "layout" else "right")
+    for n, r in results:
+        e = r.plans[0]
+        row = [str(n), layout_text(e.strategy, n), f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.tokens_per_s:,.0f}",
+               f"{e.mfu:.1%}", f"{e.required_gib:.1f}"]
+        if tokens:
+            row.append(f"{_days(tokens, e):.1f}")
+        table.add_row(*row)
+    console.print(table)
+    if tokens and days:
+        console.print(f"Smallest GPU count that trains {tokens:.3g} tokens within {days:g} days: "
+                      + (f"{chosen}." if chosen else "none of these."), highlight=False)

@@ -1,0 +1,111 @@
+"""Library entry points around the search: `plan(...)`, option parsing and plan comparison."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from parplan.errors import ConfigError
+from parplan.hardware import ClusterSpec, load_cluster
+from parplan.models import ModelSpec, load_model
+from parplan.planner.estimate import TIME_COMPONENTS, Estimate
+from parplan.planner.search import SearchSpace, plan_or_raise
+from parplan.planner.strategy import PRECISIONS, RECOMPUTE, SCHEDULES
+
+
+def parse_int_spec(text: str | int | tuple[int, ...] | None, name: str) -> tuple[int, ...] | None:
+    """'8' -> (8,), '1,3' -> (1, 3), '1..16' -> every integer 1..16; an int or tuple passes through."""
+    if text is None:
+        return None
+    if isinstance(text, int):
+        return (text,)
+    if isinstance(text, tuple):
+        return text
+    try:
+        if ".." in text:
+            lo, hi = (int(x) for x in text.split("..", 1))
+            return tuple(range(lo, hi + 1))
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"expected a value, a list (1,2,4) or a range (1..16), got {text!r}", field=name) from None
+
+
+def _choices(text: str | tuple[str, ...] | None, options: tuple[str, ...], name: str) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    values = tuple(x.strip() for x in text.split(",")) if isinstance(text, str) else tuple(text)
+    for v in values:
+        if v not in options:
+            raise ConfigError(f"unknown value {v!r}; choose from {', '.join(options)}", field=name)
+    return values
+
+
+def _cap(values: tuple[int, ...] | None, bound: int | None) -> tuple[int, ...] | None:
+    if bound is None:
+        return values
+    return tuple(v for v in (values or range(1, bound + 1)) if v <= bound)
+
+
+def space_from_options(*, tp=None, pp=None, cp=None, ep=None, etp=None, vpp=None, zero=None, mbs=None, max_tp=None,
+                       max_pp=None, max_cp=None, max_ep=None, sp=None, recompute=None, schedule=None,
+                       precision="bf16", max_memory_fraction: float = 1.0) -> SearchSpace:
+    """A SearchSpace from CLI-style values: ints, lists '1,2' or ranges '1..16', and max_* bounds."""
+    fields: dict[str, object] = {
+        "tp": _cap(parse_int_spec(tp, "tp"), max_tp), "pp": _cap(parse_int_spec(pp, "pp"), max_pp),
+        "cp": _cap(parse_int_spec(cp, "cp"), max_cp), "ep": _cap(parse_int_spec(ep, "ep"), max_ep),
+        "etp": parse_int_spec(etp, "etp"), "vpp": parse_int_spec(vpp, "vpp"), "mbs": parse_int_spec(mbs, "mbs"),
+        "max_memory_fraction": max_memory_fraction,
+    }
+    z = parse_int_spec(zero, "zero")
+    if z is not None:
+        bad = [v for v in z if v not in range(4)]
+        if bad:
+            raise ConfigError(f"ZeRO stages are 0-3, got {bad}", field="zero")
+        fields["zero"] = z
+    if sp is not None:
+        if sp not in ("on", "off", True, False):
+            raise ConfigError("expected on or off", field="sp")
+        fields["sp"] = (sp in ("on", True),)
+    for key, text, options in (("recompute", recompute, RECOMPUTE), ("schedule", schedule, SCHEDULES),
+                               ("precision", precision, PRECISIONS)):
+        values = _choices(text, options, key)
+        if values is not None:
+            fields[key] = values
+    return SearchSpace(**fields)
+
+
+def plan(model: ModelSpec | str | Path, cluster: ClusterSpec | str | Path, *, gpus: int, gbs: int, seq: int = 4096,
+         objective: str = "throughput", top: int = 5, **constraints) -> list[Estimate]:
+    """Ranked plans (best first) for `model` on `gpus` GPUs of `cluster`, as the estimates `evaluate` returns.
+
+    constraints: any SearchSpace restriction in CLI form, e.g. tp=8, pp="1..16", max_tp=8, zero="1,3",
+    schedule="1f1b,interleaved", precision="bf16,fp8", max_memory_fraction=0.9.
+    Raises NoFeasiblePlanError when nothing fits.
+    """
+    space = space_from_options(**constraints)
+    result = plan_or_raise(load_model(model), load_cluster(cluster, gpus=gpus), gbs=gbs, seq=seq, space=space,
+                           objective=objective, top=top)
+    return result.plans
+
+
+def why_better(best: Estimate, other: Estimate) -> str:
+    """One or two sentences on why `best` beats `other`, from their breakdowns."""
+    gain = best.tokens_per_s_per_gpu / other.tokens_per_s_per_gpu - 1
+    deltas = sorted(((other.time_breakdown[c]["exposed"] - best.time_breakdown[c]["exposed"], c)
+                     for c in TIME_COMPONENTS), reverse=True)
+    diff = [f"{k}: {getattr(best.strategy, k)} vs {getattr(other.strategy, k)}"
+            for k in (f.name for f in dataclasses.fields(best.strategy))
+            if getattr(best.strategy, k) != getattr(other.strategy, k)]
+    if gain < 1e-3:
+        return (f"The top layouts tie within 0.1% ({', '.join(diff) or 'same layout'}); the first is listed first "
+                "for needing less memory or fewer parallel dimensions.")
+    saved, comp = deltas[0]
+    text = (f"The winner is {gain:.1%} faster than the runner-up ({', '.join(diff) or 'same layout'}): "
+            f"its {comp.replace('_', ' ')} is {saved:.3f} s shorter per step "
+            f"({best.time_breakdown[comp]['exposed']:.3f} vs {other.time_breakdown[comp]['exposed']:.3f} s)")
+    lost, worse = deltas[-1]
+    if lost < -1e-6:
+        text += (f", while its {worse.replace('_', ' ')} is {-lost:.3f} s longer")
+    if abs(best.required_gib - other.required_gib) > 0.05:
+        text += f"; it needs {best.required_gib:.1f} GiB against {other.required_gib:.1f}"
+    return text + "."

@@ -1,0 +1,305 @@
+"""`plan`: every valid layout of a model on a cluster, evaluated in numpy chunks, ranked.
+
+Exhaustive: the space is the cartesian product of every degree and setting the Strategy rules allow
+(tp, pp, cp, ep, etp, vpp with its schedule, zero, sp, recompute, every divisor of the per-replica batch as
+micro-batch, precision, TP overlap); nothing is sampled or pruned except by those rules and the user's
+restrictions. Each chunk goes through the same `evaluate_layouts` that `explain` uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from parplan.errors import NoFeasiblePlanError
+from parplan.hardware.spec import ClusterSpec
+from parplan.models.spec import ModelSpec
+from parplan.planner.estimate import Estimate, evaluate_layouts, required_memory_gib
+from parplan.planner.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, Layouts, valid_mask
+
+OBJECTIVES = ("throughput", "memory", "cost")
+CHUNK = 1 << 17
+"""Layouts per evaluated chunk: bounds peak memory (about 1 KiB of arrays per layout in flight)."""
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSpace:
+    """Allowed values per dimension; None means every value the rules allow."""
+
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    ep: tuple[int, ...] | None = None
+    etp: tuple[int, ...] | None = None
+    vpp: tuple[int, ...] | None = None
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    sp: tuple[bool, ...] = (False, True)
+    recompute: tuple[str, ...] = RECOMPUTE
+    mbs: tuple[int, ...] | None = None
+    schedule: tuple[str, ...] = SCHEDULES
+    precision: tuple[str, ...] = ("bf16",)
+    tp_overlap: tuple[bool, ...] = (False, True)
+    max_memory_fraction: float = 1.0
+    """A plan must need at most this share of GPU memory (after allocator headroom and CUDA context)."""
+
+    def allows(self, name: str, value: object) -> bool:
+        allowed = getattr(self, name)
+        return allowed is None or value in allowed
+
+
+def _grid(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: SearchSpace) -> Iterator[dict]:
+    """(tp, pp, cp) combinations with the lists of everything else that may go with them."""
+    g = cluster.gpus
+    moe = model.moe
+    for tp in _divisors(g):
+        if not space.allows("tp", tp) or model.attention.kv_heads % tp or model.attention.heads % tp:
+            continue
+        for pp in _divisors(g // tp):
+            if not space.allows("pp", pp) or pp > model.layers:
+                continue
+            for cp in _divisors(g // (tp * pp)):
+                if not space.allows("cp", cp) or (cp > 1 and seq % (2 * cp)):
+                    continue
+                dp = g // (tp * pp * cp)
+                if gbs % dp:
+                    continue
+                per_stage = g // pp
+                eps = [1] if moe is None else [e for e in _divisors(moe.experts) if space.allows("ep", e)]
+                etps = [1] if moe is None else [x for x in _divisors(moe.expert_ffn) if space.allows("etp", x)]
+                expert = [(e, x) for e in eps for x in etps if per_stage % (e * x) == 0]
+                mbs = [b for b in _divisors(gbs // dp) if space.allows("mbs", b)]
+                sched = []
+                for s in space.schedule:
+                    if s == "1f1b":
+                        sched.append((s, 1))
+                    elif pp > 1 and s == "interleaved":
+                        sched += [(s, v) for v in range(2, model.layers // pp + 1)]
+                    elif pp > 1 and s == "dualpipev" and 2 * pp <= model.layers:
+                        sched.append((s, 2))
+                    elif pp > 1 and s in ("zb-h1", "dualpipe"):
+                        sched.append((s, 1))
+                sched = [(s, v) for s, v in sched if space.allows("vpp", v)]
+                if not (expert and mbs and sched):
+                    continue
+                yield {"tp": tp, "pp": pp, "cp": cp, "expert": expert, "mbs": mbs, "sched": sched}
+
+
+def _expand(cell: dict, gbs: int, seq: int, space: SearchSpace) -> dict[str, np.ndarray]:
+    """Cartesian product of one grid cell's choices as flat arrays."""
+    tp = cell["tp"]
+    sps = [s for s in space.sp if tp > 1 or not s]
+    overlaps = [o for o in space.tp_overlap if tp > 1 or not o]
+    axes = [
+        np.arange(len(cell["expert"])), np.arange(len(cell["sched"])), np.array(space.zero, dtype=np.int64),
+        np.array(sps, dtype=bool), np.array([RECOMPUTE.index(r) for r in space.recompute], dtype=np.int8),
+        np.array(cell["mbs"], dtype=np.int64), np.array([PRECISIONS.index(p) for p in space.precision], dtype=np.int8),
+        np.array(overlaps, dtype=bool),
+    ]
+    mesh = [a.ravel() for a in np.meshgrid(*axes, indexing="ij")]
+    e_idx, s_idx, zero, sp, rc, mbs, prec, ovl = mesh
+    expert = np.array(cell["expert"], dtype=np.int64)
+    sched = cell["sched"]
+    codes = np.array([SCHEDULES.index(s) for s, _ in sched], dtype=np.int8)
+    vpps = np.array([v for _, v in sched], dtype=np.int64)
+    n = len(zero)
+
+    def full(value: object, dtype: type = np.int64) -> np.ndarray:
+        return np.full(n, value, dtype=dtype)
+
+    keep = ~ovl | sp  # TP overlap needs sequence parallelism: skip the combinations the rules would reject
+    cols = {
+        "tp": full(tp), "pp": full(cell["pp"]), "cp": full(cell["cp"]), "ep": expert[e_idx, 0],
+        "etp": expert[e_idx, 1], "vpp": vpps[s_idx], "zero": zero, "mbs": mbs, "gbs": full(gbs), "seq": full(seq),
+        "sp": sp, "recompute": rc, "schedule": codes[s_idx], "precision": prec,
+        "flash_attention": full(True, bool), "tp_overlap": ovl,
+    }
+    return {k: v[keep] for k, v in cols.items()}
+
+
+def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: SearchSpace,
+                      chunk: int = CHUNK) -> Iterator[Layouts]:
+    """Every layout of the space that passes the Strategy rules, in chunks of at most `chunk`."""
+    buffer: list[dict[str, np.ndarray]] = []
+    size = 0
+
+    def flush() -> Layouts:
+        cols = {k: np.concatenate([b[k] for b in buffer]) for k in buffer[0]}
+        return Layouts(**cols)
+
+    for cell in _grid(model, cluster, gbs, seq, space):
+        block = _expand(cell, gbs, seq, space)
+        lay = Layouts(**block)
+        ok = valid_mask(lay, model, cluster)
+        if not ok.any():
+            continue
+        block = {k: v[ok] for k, v in block.items()}
+        buffer.append(block)
+        size += int(ok.sum())
+        while size >= chunk:
+            lay = flush()
+            yield lay.take(np.arange(chunk))
+            rest = lay.take(np.arange(chunk, len(lay)))
+            buffer = [{f.name: getattr(rest, f.name) for f in dataclasses.fields(rest)}]
+            size = len(rest)
+    if size:
+        yield flush()
+
+
+@dataclass(frozen=True, slots=True)
+class PlanResult:
+    plans: list[Estimate]
+    """Best layouts first."""
+    evaluated: int
+    """Valid layouts evaluated."""
+    feasible: int
+    """Of those, how many fit in memory."""
+    search_seconds: float
+    least_memory: Estimate | None = None
+    """The layout needing the least memory (the closest to fitting) when nothing fits."""
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: SearchSpace | None = None,
+         objective: str = "throughput", top: int = 5, within: float = 0.05,
+         layout_filter: Callable[[Layouts], np.ndarray] | None = None,
+         progress: Callable[[int], None] | None = None, chunk: int = CHUNK) -> PlanResult:
+    """Rank every valid layout that fits. objective 'memory' returns, among the layouts within `within`
+    of the best throughput, the ones with the most memory headroom; 'cost' (GPU-hours per token on a fixed
+    cluster) ranks like 'throughput'. `layout_filter` restricts the space further (a framework's
+    abilities); `progress` is called with the running count of evaluated layouts; `chunk` bounds how many
+    layouts are evaluated at once (memory), without changing the result.
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}")
+    space = space or SearchSpace()
+    start = time.perf_counter()
+    cap = cluster.gpu.hbm_gib * space.max_memory_fraction
+    keep = max(top, 1) if objective != "memory" else max(top, 1) * 50
+    # Candidates: (tokens/s/GPU, required GiB, layout); only the winners get a full breakdown at the end.
+    best_score = np.empty(0)
+    best_req = np.empty(0)
+    best_lay: Layouts | None = None
+    least: tuple[float, Layouts] | None = None
+    evaluated = feasible = 0
+    for lay in enumerate_layouts(model, cluster, gbs, seq, space, chunk=chunk):
+        if layout_filter is not None:
+            lay = lay.take(np.flatnonzero(layout_filter(lay)))
+            if not len(lay):
+                continue
+        # Memory first: a layout that cannot fit needs no step time.
+        required = required_memory_gib(model, cluster, lay)
+        evaluated += len(lay)
+        i_least = int(np.argmin(required))
+        if least is None or required[i_least] < least[0]:
+            least = (float(required[i_least]), lay.take(np.array([i_least])))
+        fitting = np.flatnonzero(required <= cap)
+        feasible += len(fitting)
+        if len(fitting):
+            ev = evaluate_layouts(model, cluster, lay.take(fitting), breakdown=False)
+            order = np.argsort(-ev.tokens_per_s_per_gpu, kind="stable")[:keep]
+            chosen = ev.layouts.take(order)
+            best_lay = chosen if best_lay is None else _concat(best_lay, chosen)
+            best_score = np.concatenate([best_score, ev.tokens_per_s_per_gpu[order]])
+            best_req = np.concatenate([best_req, ev.required_gib[order]])
+            # Keep the top: higher throughput first, then less memory, then the simpler layout.
+            rank = np.lexsort((_complexity(best_lay), best_req, -best_score))[:keep]
+            best_lay, best_score, best_req = best_lay.take(rank), best_score[rank], best_req[rank]
+        if progress:
+            progress(evaluated)
+    plans: list[Estimate] = []
+    if best_lay is not None:
+        ev = evaluate_layouts(model, cluster, best_lay)
+        for i in range(len(best_lay)):
+            # A layout that predicts exactly like a simpler one ranked above it adds nothing to the list.
+            if plans and ev.step_time_s[i] == plans[-1].step_time_s and ev.required_gib[i] == plans[-1].required_gib:
+                continue
+            plans.append(ev.estimate(i))
+    seconds = time.perf_counter() - start
+    if objective == "memory" and plans:
+        floor = plans[0].tokens_per_s_per_gpu * (1 - within)
+        plans = sorted((e for e in plans if e.tokens_per_s_per_gpu >= floor), key=lambda e: e.required_gib)
+    least_estimate = evaluate_layouts(model, cluster, least[1]).estimate(0) if least else None
+    return PlanResult(plans=plans[:top], evaluated=evaluated, feasible=feasible, search_seconds=seconds,
+                      least_memory=least_estimate)
+
+
+def _concat(a: Layouts, b: Layouts) -> Layouts:
+    return Layouts(**{f.name: np.concatenate([getattr(a, f.name), getattr(b, f.name)])
+                      for f in dataclasses.fields(Layouts)})
+
+
+def _complexity(lay: Layouts) -> np.ndarray:
+    """Tie-break between equally fast layouts: fewer parallel dimensions and lower ZeRO stages first."""
+    return (lay.tp * lay.pp * lay.cp * lay.ep * lay.etp * lay.vpp).astype(float) + lay.zero + lay.tp_overlap
+
+
+def levers(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: SearchSpace) -> dict[str, float]:
+    """Least memory any layout needs (GiB, allocator headroom and context included) under each lever that
+    the user's space did not already allow, computed by searching again with that lever opened."""
+    out: dict[str, float] = {}
+    trials: list[tuple[str, ClusterSpec, SearchSpace]] = []
+    if 3 not in space.zero:
+        trials.append(("ZeRO-3", cluster, dataclasses.replace(space, zero=(*space.zero, 3))))
+    if "full" not in space.recompute:
+        trials.append(("full recompute", cluster, dataclasses.replace(space, recompute=(*space.recompute, "full"))))
+    if space.cp is not None:
+        trials.append(("any context parallelism", cluster, dataclasses.replace(space, cp=None)))
+    if space.pp is not None:
+        trials.append(("any pipeline depth", cluster, dataclasses.replace(space, pp=None)))
+    if "fp8" not in space.precision and cluster.gpu.supports_fp8:
+        trials.append(("fp8", cluster, dataclasses.replace(space, precision=(*space.precision, "fp8"))))
+    for factor in (2, 4):
+        bigger = cluster.with_gpus(cluster.gpus * factor)
+        trials.append((f"{factor}× the GPUs ({bigger.gpus})", bigger, space))
+    for name, cl, sp in trials:
+        least = None
+        for lay in enumerate_layouts(model, cl, gbs, seq, sp):
+            req = float(evaluate_layouts(model, cl, lay).required_gib.min())
+            least = req if least is None else min(least, req)
+        if least is not None:
+            out[name] = least
+    return out
+
+
+def plan_or_raise(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: SearchSpace | None = None,
+                  **kw) -> PlanResult:
+    """`plan`, raising NoFeasiblePlanError (exit code 3) with the least memory needed and the levers."""
+    space = space or SearchSpace()
+    result = plan(model, cluster, gbs=gbs, seq=seq, space=space, **kw)
+    if result.plans:
+        return result
+    if result.least_memory is None:
+        raise NoFeasiblePlanError(
+            f"no valid layout of {model.name} on {cluster.gpus} GPUs with gbs={gbs}, seq={seq} under the given "
+            "restrictions (every combination breaks a Strategy rule, e.g. gbs must be a multiple of dp·mbs)")
+    cap = cluster.gpu.hbm_gib * space.max_memory_fraction
+    need = result.least_memory.required_gib
+    options = levers(model, cluster, gbs=gbs, seq=seq, space=space)
+    helps = [f"{name}: {gib:.1f} GiB{' (fits)' if gib <= cap else ''}" for name, gib in
+             sorted(options.items(), key=lambda kv: kv[1])]
+    raise NoFeasiblePlanError(
+        f"no layout of {model.name} fits in {cap:.1f} GiB per GPU on {cluster.gpus}× {cluster.name}: the least any "
+        f"of the {result.evaluated:,} valid layouts needs is {need:.1f} GiB "
+        f"({result.least_memory.strategy.as_dict(cluster.gpus)}). Least memory with each lever: "
+        + ("; ".join(helps) if helps else "none left to open") + ".")
+
+
+def gpu_counts(spec: str) -> list[int]:
+    """'256..4096' (powers of two between), '8,16,64', or '512'."""
+    if ".." in spec:
+        lo, hi = (int(x) for x in spec.split("..", 1))
+        out = []
+        n = lo
+        while n <= hi:
+            out.append(n)
+            n *= 2
+        return out
+    return [int(x) for x in spec.split(",") if x.strip()]

@@ -1,0 +1,169 @@
+"""`plan`: exhaustive over the space (checked against brute force), constraints honoured, infeasibility."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from parplan import load_cluster, load_model
+from parplan.errors import InvalidStrategyError, NoFeasiblePlanError
+from parplan.planner import Strategy, evaluate
+from parplan.planner.api import plan as plan_api
+from parplan.planner.api import space_from_options
+from parplan.planner.search import SearchSpace, enumerate_layouts, plan, plan_or_raise
+from parplan.planner.strategy import SCHEDULES
+
+
+def _divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def brute_force(model, cluster, gbs, seq, space: SearchSpace):
+    """Every combination of the space's values, checked and evaluated one by one with `evaluate`."""
+    g = cluster.gpus
+    best = None
+    count = 0
+    values = {
+        "tp": space.tp or _divisors(g), "pp": space.pp or _divisors(g), "cp": space.cp or _divisors(g),
+        "ep": space.ep or (_divisors(model.moe.experts) if model.moe else [1]),
+        "etp": space.etp or _divisors(model.moe.expert_ffn if model.moe else 1),
+        "vpp": space.vpp or range(1, model.layers + 1), "zero": space.zero,
+        "sp": space.sp, "recompute": space.recompute, "mbs": space.mbs or _divisors(gbs), "schedule": space.schedule,
+        "precision": space.precision, "tp_overlap": space.tp_overlap,
+    }
+    seen = set()
+    for combo in itertools.product(*values.values()):
+        kw = dict(zip(values, combo, strict=True))
+        s = Strategy(**kw, gbs=gbs, seq=seq)
+        if s in seen:  # sp / tp_overlap normalise at tp=1
+            continue
+        seen.add(s)
+        try:
+            s.check(model, cluster)
+        except InvalidStrategyError:
+            continue
+        count += 1
+        est = evaluate(model, cluster, s)
+        if est.required_gib <= cluster.gpu.hbm_gib * space.max_memory_fraction and (
+                best is None or est.tokens_per_s_per_gpu > best.tokens_per_s_per_gpu + 1e-9):
+            best = est
+    return best, count
+
+
+SMALL = SearchSpace(tp=(1, 2, 4), pp=(1, 2, 4), cp=(1, 2), zero=(0, 1, 3), recompute=("none", "full"),
+                    schedule=("1f1b", "interleaved", "zb-h1"), vpp=(1, 2, 4), mbs=(1, 2, 4))
+
+
+@pytest.mark.parametrize(("name", "gpus", "gbs", "seq"), [("qwen3-0.6b", 8, 32, 2048), ("llama3.1-8b", 16, 64, 4096)])
+def test_plan_is_exhaustive_against_brute_force(name, gpus, gbs, seq):
+    """Same number of valid layouts, same best layout and the same predicted time as a scalar brute force."""
+    model, cluster = load_model(name), load_cluster("h100", gpus=gpus)
+    best, count = brute_force(model, cluster, gbs, seq, SMALL)
+    result = plan(model, cluster, gbs=gbs, seq=seq, space=SMALL, top=3)
+    assert result.evaluated == count
+    assert result.plans[0].tokens_per_s_per_gpu == pytest.approx(best.tokens_per_s_per_gpu, rel=1e-12)
+    assert result.plans[0].step_time_s == pytest.approx(best.step_time_s, rel=1e-12)
+
+
+def test_moe_space_against_brute_force():
+    model, cluster = load_model("qwen1.5-moe-a2.7b"), load_cluster("h100", gpus=16)
+    space = SearchSpace(tp=(1, 2), pp=(1, 2), cp=(1,), ep=(1, 2, 4), etp=(1, 2), zero=(1,), recompute=("none",),
+                        schedule=("1f1b", "dualpipe"), vpp=(1,), mbs=(1, 2))
+    best, count = brute_force(model, cluster, 64, 4096, space)
+    result = plan(model, cluster, gbs=64, seq=4096, space=space)
+    assert result.evaluated == count
+    assert result.plans[0].step_time_s == pytest.approx(best.step_time_s, rel=1e-12)
+
+
+def test_one_chunk_or_many_gives_the_same_answer():
+    model, cluster = load_model("llama3.1-8b"), load_cluster("h100", gpus=64)
+    a = plan(model, cluster, gbs=256, seq=4096, top=5)
+    b = plan(model, cluster, gbs=256, seq=4096, top=5, chunk=997)
+    assert a.evaluated == b.evaluated and a.feasible == b.feasible
+    assert [p.strategy for p in a.plans] == [p.strategy for p in b.plans]
+
+
+def test_returned_layouts_are_valid_and_fit():
+    model, cluster = load_model("mixtral-8x7b"), load_cluster("h100", gpus=64)
+    result = plan(model, cluster, gbs=256, seq=4096, top=5)
+    assert result.plans
+    for est in result.plans:
+        est.strategy.check(model, cluster)
+        assert est.fits and est.required_gib <= cluster.gpu.hbm_gib
+
+
+def test_fixed_and_bounded_dimensions_are_honoured():
+    model, cluster = load_model("llama3.1-70b"), load_cluster("h100", gpus=64)
+    space = space_from_options(tp=8, pp="1..4", zero="1,3", schedule="1f1b,interleaved")
+    for lay in enumerate_layouts(model, cluster, 128, 4096, space):
+        assert set(lay.tp) == {8} and set(lay.pp) <= {1, 2, 4} and set(lay.zero) <= {1, 3}
+        assert set(lay.schedule) <= {SCHEDULES.index("1f1b"), SCHEDULES.index("interleaved")}
+    plans = plan_api("llama3.1-70b", "h100", gpus=64, gbs=128, max_tp=4, top=3)
+    assert all(p.strategy.tp <= 4 for p in plans)
+
+
+def test_memory_fraction_is_honoured():
+    model, cluster = load_model("llama3.1-70b"), load_cluster("h100", gpus=64)
+    result = plan(model, cluster, gbs=128, seq=4096, space=SearchSpace(max_memory_fraction=0.6), top=3)
+    assert all(p.required_gib <= 0.6 * 80 for p in result.plans)
+
+
+def test_memory_objective_prefers_headroom_within_slack():
+    model, cluster = load_model("llama3.1-8b"), load_cluster("h100", gpus=16)
+    fast = plan(model, cluster, gbs=64, seq=4096, top=1).plans[0]
+    roomy = plan(model, cluster, gbs=64, seq=4096, top=1, objective="memory", within=0.05).plans[0]
+    assert roomy.tokens_per_s_per_gpu >= 0.95 * fast.tokens_per_s_per_gpu
+    assert roomy.required_gib <= fast.required_gib
+
+
+def test_no_feasible_plan_reports_minimum_and_levers():
+    """405B cannot fit on 8 GPUs; the message states the least memory any layout needs and computes levers."""
+    model, cluster = load_model("llama3.1-405b"), load_cluster("h100", gpus=8)
+    space = SearchSpace(zero=(0, 1), recompute=("none", "selective"), pp=(1, 2, 4, 8))
+    with pytest.raises(NoFeasiblePlanError) as e:
+        plan_or_raise(model, cluster, gbs=8, seq=4096, space=space)
+    msg = str(e.value)
+    assert "the least any" in msg and "GiB" in msg
+    for lever in ("ZeRO-3", "full recompute", "2× the GPUs"):
+        assert lever in msg
+    assert e.value.exit_code == 3
+
+
+def test_cli_plan_json(run_json):
+    doc = run_json("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "16", "--gbs", "64", "--seq", "4096", "--top", "2")
+    assert doc["evaluated"] >= doc["feasible"] > 0 and doc["search_seconds"] >= 0
+    assert len(doc["plans"]) == 2
+    for key in ("strategy", "step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib"):
+        assert key in doc["plans"][0]
+
+
+def test_cli_plan_human_has_reason_and_command(run_cli):
+    code, out, _ = run_cli("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "16", "--gbs", "64", "--tp", "1,2,4")
+    assert code == 0 and "parplan explain --model llama3.1-8b" in out
+    assert "faster than the runner-up" in out or "tie within" in out
+
+
+def test_cli_plan_infeasible_exit_3(run_cli):
+    code, _, err = run_cli("plan", "-m", "llama3.1-405b", "-c", "h100", "-n", "8", "--gbs", "8", "--pp", "1,2",
+                           "--zero", "0,1", "--recompute", "none")
+    assert code == 3 and "least" in err and "Traceback" not in err
+
+
+def test_cli_plan_sizes_and_deadline(run_json):
+    doc = run_json("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "8..32", "--gbs", "64", "--tokens", "1e11",
+                   "--days", "30", "--tp", "1,2", "--pp", "1,2")
+    assert [s["gpus"] for s in doc["sizes"]] == [8, 16, 32]
+    assert doc["recommended_gpus"] in (8, 16, 32)
+    days = {s["gpus"]: 1e11 / (s["plans"][0]["tokens_per_s"]) / 86400 for s in doc["sizes"]}
+    assert days[doc["recommended_gpus"]] <= 30
+    smaller = [g for g in days if g < doc["recommended_gpus"]]
+    assert all(days[g] > 30 for g in smaller)
+
+
+def test_cli_plan_usage_errors(run_cli):
+    assert run_cli("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "x", "--gbs", "8")[0] == 2
+    assert run_cli("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--gbs", "8", "--objective", "speed")[0] == 2
+    code, _, err = run_cli("plan", "-m", "llama3.1-8b", "-c", "a100-80gb", "-n", "8", "--gbs", "8",
+                           "--precision", "fp8")
+    assert code == 1 and "fp8" in err
