@@ -51,8 +51,8 @@ def brute_force(model, cluster, gbs, seq, space: SearchSpace):
     return best, count
 
 
-SMALL = SearchSpace(tp=(1, 2, 4), pp=(1, 2, 4), cp=(1, 2), zero=(0, 1, 3), recompute=("none", "full"),
-                    schedule=("1f1b", "interleaved", "zb-h1"), vpp=(1, 2, 4), mbs=(1, 2, 4))
+SMALL = SearchSpace(tp=(1, 2, 4), pp=(1, 2, 4), cp=(1, 2), zero=(0, 3), recompute=("none", "full"),
+                    schedule=("1f1b", "interleaved", "zb-h1"), vpp=(1, 2), mbs=(1, 4), tp_overlap=(False,))
 
 
 @pytest.mark.parametrize(("name", "gpus", "gbs", "seq"), [("qwen3-0.6b", 8, 32, 2048), ("llama3.1-8b", 16, 64, 4096)])

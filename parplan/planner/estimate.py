@@ -127,19 +127,21 @@ def _embedding_work(ctx: Ctx) -> _Work:
                  et.forward + reduce, et.backward, et.gemm_w, et.forward, et.backward)
 
 
+_PATTERN_FIELDS = ("rank", "count", "dense", "moe", "embedding", "head", "work")
+
+
 def _patterns(model: ModelSpec, lay: Layouts) -> dict[str, np.ndarray]:
     """(N, K) arrays describing the distinct rank patterns of each layout's pipeline (count 0 = padding)."""
     first, inverse = _group([lay.pp, lay.vpp, lay.schedule])
     uniq = zip(lay.pp[first], lay.vpp[first], lay.schedule[first], strict=True)
     tables = [rank_patterns(model, int(p), int(v), int(sc)) for p, v, sc in uniq]
     k = max(len(tb) for tb in tables)
-    fields = ("rank", "count", "dense", "moe", "embedding", "head", "work")
-    arr = {f: np.zeros((len(first), k)) for f in fields}
+    table = np.zeros((len(first), k, len(_PATTERN_FIELDS)))
     for i, tb in enumerate(tables):
         for j, pat in enumerate(tb):
-            for f in fields:
-                arr[f][i, j] = float(getattr(pat, f))
-    return {f: a[inverse] for f, a in arr.items()}
+            table[i, j] = [float(getattr(pat, f)) for f in _PATTERN_FIELDS]
+    rows = table[inverse]  # one gather for all fields
+    return {f: rows[:, :, i] for i, f in enumerate(_PATTERN_FIELDS)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,8 +225,9 @@ class _RankParams:
 
     dense: np.ndarray
     expert: np.ndarray
+    """(N, K), or (N, 1) zeros for a dense model."""
     linear: np.ndarray
-    """Linear-layer parameters (what fp8 caches)."""
+    """Linear-layer parameters (what fp8 caches); (N, 1) zeros when no layout uses fp8."""
     largest_layer: np.ndarray
     """(N,) parameters of the largest layer on a rank (ZeRO-3 gathers one at a time)."""
 
@@ -232,16 +235,21 @@ class _RankParams:
 def _rank_params(ctx: Ctx, pat: dict[str, np.ndarray]) -> _RankParams:
     n, model = len(ctx.lay), ctx.model
     dense_d, expert_d, lin_d = memory.layer_params(ctx, LayerKind.DENSE)
+    emb, hd = memory.embedding_params(ctx), memory.head_params(ctx)
+    dense, moe, head = pat["dense"], pat["moe"], pat["head"]
+    held_dense = dense * dense_d[:, None] + pat["embedding"] * emb[:, None] + head * hd[:, None]
+    linear = dense * lin_d[:, None] if ctx.fp8.any() else np.zeros((n, 1))
+    if not model.moe_layer_count and not model.mtp_layers:
+        # Dense model: no expert parameters anywhere (a broadcastable zero keeps the arrays small).
+        return _RankParams(dense=held_dense, expert=np.zeros((n, 1)), linear=linear,
+                           largest_layer=dense_d + expert_d)
     dense_m, expert_m, lin_m = (memory.layer_params(ctx, LayerKind.MOE) if model.moe_layer_count
                                 else (_zeros(n), _zeros(n), _zeros(n)))
     mtp_dense, mtp_expert = memory.mtp_params(ctx)
-    emb, hd = memory.embedding_params(ctx), memory.head_params(ctx)
-    dense, moe, head = pat["dense"], pat["moe"], pat["head"]
     return _RankParams(
-        dense=dense * dense_d[:, None] + moe * dense_m[:, None] + pat["embedding"] * emb[:, None]
-        + head * (hd + mtp_dense)[:, None],
+        dense=held_dense + moe * dense_m[:, None] + head * mtp_dense[:, None],
         expert=dense * expert_d[:, None] + moe * expert_m[:, None] + head * mtp_expert[:, None],
-        linear=dense * lin_d[:, None] + moe * lin_m[:, None],
+        linear=linear + moe * lin_m[:, None] if ctx.fp8.any() else linear,
         largest_layer=np.maximum(dense_d + expert_d, dense_m + expert_m),
     )
 

@@ -9,6 +9,8 @@ restrictions. Each chunk goes through the same `evaluate_layouts` that `explain`
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing as mp
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -92,65 +94,73 @@ def _grid(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: Sea
                 yield {"tp": tp, "pp": pp, "cp": cp, "expert": expert, "mbs": mbs, "sched": sched}
 
 
+def _axes(cell: dict, space: SearchSpace) -> tuple[list[np.ndarray], list[tuple[bool, bool]]]:
+    """The independent choices of one grid cell; SP and TP overlap form one axis of allowed pairs (overlap
+    needs SP, and both are moot at tp = 1)."""
+    tp = cell["tp"]
+    pairs = [(s, o) for s in space.sp for o in space.tp_overlap if (tp > 1 or not (s or o)) and (s or not o)]
+    return [
+        np.arange(len(cell["expert"])), np.arange(len(cell["sched"])), np.array(space.zero, dtype=np.int64),
+        np.arange(len(pairs)), np.array([RECOMPUTE.index(r) for r in space.recompute], dtype=np.int8),
+        np.array(cell["mbs"], dtype=np.int64), np.array([PRECISIONS.index(p) for p in space.precision], dtype=np.int8),
+    ], pairs
+
+
+def _cell_size(cell: dict, space: SearchSpace) -> int:
+    axes, _ = _axes(cell, space)
+    return int(np.prod([len(a) for a in axes]))
+
+
 def _expand(cell: dict, gbs: int, seq: int, space: SearchSpace) -> dict[str, np.ndarray]:
     """Cartesian product of one grid cell's choices as flat arrays."""
-    tp = cell["tp"]
-    sps = [s for s in space.sp if tp > 1 or not s]
-    overlaps = [o for o in space.tp_overlap if tp > 1 or not o]
-    axes = [
-        np.arange(len(cell["expert"])), np.arange(len(cell["sched"])), np.array(space.zero, dtype=np.int64),
-        np.array(sps, dtype=bool), np.array([RECOMPUTE.index(r) for r in space.recompute], dtype=np.int8),
-        np.array(cell["mbs"], dtype=np.int64), np.array([PRECISIONS.index(p) for p in space.precision], dtype=np.int8),
-        np.array(overlaps, dtype=bool),
-    ]
-    mesh = [a.ravel() for a in np.meshgrid(*axes, indexing="ij")]
-    e_idx, s_idx, zero, sp, rc, mbs, prec, ovl = mesh
+    axes, pairs = _axes(cell, space)
+    e_idx, s_idx, zero, pair, rc, mbs, prec = (a.ravel() for a in np.meshgrid(*axes, indexing="ij"))
     expert = np.array(cell["expert"], dtype=np.int64)
-    sched = cell["sched"]
-    codes = np.array([SCHEDULES.index(s) for s, _ in sched], dtype=np.int8)
-    vpps = np.array([v for _, v in sched], dtype=np.int64)
+    codes = np.array([SCHEDULES.index(s) for s, _ in cell["sched"]], dtype=np.int8)
+    vpps = np.array([v for _, v in cell["sched"]], dtype=np.int64)
+    sp_ovl = np.array(pairs, dtype=bool).reshape(-1, 2)
     n = len(zero)
 
     def full(value: object, dtype: type = np.int64) -> np.ndarray:
         return np.full(n, value, dtype=dtype)
 
-    keep = ~ovl | sp  # TP overlap needs sequence parallelism: skip the combinations the rules would reject
-    cols = {
-        "tp": full(tp), "pp": full(cell["pp"]), "cp": full(cell["cp"]), "ep": expert[e_idx, 0],
+    return {
+        "tp": full(cell["tp"]), "pp": full(cell["pp"]), "cp": full(cell["cp"]), "ep": expert[e_idx, 0],
         "etp": expert[e_idx, 1], "vpp": vpps[s_idx], "zero": zero, "mbs": mbs, "gbs": full(gbs), "seq": full(seq),
-        "sp": sp, "recompute": rc, "schedule": codes[s_idx], "precision": prec,
-        "flash_attention": full(True, bool), "tp_overlap": ovl,
+        "sp": sp_ovl[pair, 0], "recompute": rc, "schedule": codes[s_idx], "precision": prec,
+        "flash_attention": full(True, bool), "tp_overlap": sp_ovl[pair, 1],
     }
-    return {k: v[keep] for k, v in cols.items()}
 
 
 def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: SearchSpace,
-                      chunk: int = CHUNK) -> Iterator[Layouts]:
-    """Every layout of the space that passes the Strategy rules, in chunks of at most `chunk`."""
+                      chunk: int = CHUNK, cells: list[dict] | None = None) -> Iterator[Layouts]:
+    """Every layout of the space (or of the given grid `cells`) that passes the Strategy rules, in chunks of
+    at most `chunk`."""
     buffer: list[dict[str, np.ndarray]] = []
     size = 0
 
-    def flush() -> Layouts:
-        cols = {k: np.concatenate([b[k] for b in buffer]) for k in buffer[0]}
-        return Layouts(**cols)
+    def valid(blocks: list[dict[str, np.ndarray]]) -> Layouts:
+        lay = Layouts(**{k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]})
+        return lay.take(np.flatnonzero(valid_mask(lay, model, cluster)))
 
-    for cell in _grid(model, cluster, gbs, seq, space):
+    pending: Layouts | None = None
+    for cell in (cells if cells is not None else _grid(model, cluster, gbs, seq, space)):
         block = _expand(cell, gbs, seq, space)
-        lay = Layouts(**block)
-        ok = valid_mask(lay, model, cluster)
-        if not ok.any():
-            continue
-        block = {k: v[ok] for k, v in block.items()}
         buffer.append(block)
-        size += int(ok.sum())
-        while size >= chunk:
-            lay = flush()
-            yield lay.take(np.arange(chunk))
-            rest = lay.take(np.arange(chunk, len(lay)))
-            buffer = [{f.name: getattr(rest, f.name) for f in dataclasses.fields(rest)}]
-            size = len(rest)
-    if size:
-        yield flush()
+        size += len(block["tp"])
+        if size < chunk:
+            continue
+        lay = valid(buffer)
+        buffer, size = [], 0
+        pending = lay if pending is None else _concat(pending, lay)
+        while len(pending) >= chunk:
+            yield pending.take(np.arange(chunk))
+            pending = pending.take(np.arange(chunk, len(pending)))
+    if buffer:
+        lay = valid(buffer)
+        pending = lay if pending is None else _concat(pending, lay)
+    if pending is not None and len(pending):
+        yield pending
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,29 +177,33 @@ class PlanResult:
     extra: dict[str, object] = field(default_factory=dict)
 
 
-def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: SearchSpace | None = None,
-         objective: str = "throughput", top: int = 5, within: float = 0.05,
-         layout_filter: Callable[[Layouts], np.ndarray] | None = None,
-         progress: Callable[[int], None] | None = None, chunk: int = CHUNK) -> PlanResult:
-    """Rank every valid layout that fits. objective 'memory' returns, among the layouts within `within`
-    of the best throughput, the ones with the most memory headroom; 'cost' (GPU-hours per token on a fixed
-    cluster) ranks like 'throughput'. `layout_filter` restricts the space further (a framework's
-    abilities); `progress` is called with the running count of evaluated layouts; `chunk` bounds how many
-    layouts are evaluated at once (memory), without changing the result.
-    """
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}")
-    space = space or SearchSpace()
-    start = time.perf_counter()
-    cap = cluster.gpu.hbm_gib * space.max_memory_fraction
-    keep = max(top, 1) if objective != "memory" else max(top, 1) * 50
-    # Candidates: (tokens/s/GPU, required GiB, layout); only the winners get a full breakdown at the end.
-    best_score = np.empty(0)
-    best_req = np.empty(0)
-    best_lay: Layouts | None = None
-    least: tuple[float, Layouts] | None = None
+@dataclass(frozen=True, slots=True)
+class _Partial:
+    """What one batch of grid cells contributes to a search."""
+
+    evaluated: int
+    feasible: int
+    least_required: float
+    least: Layouts | None
+    top: Layouts | None
+    score: np.ndarray
+    required: np.ndarray
+
+
+_STATE: dict[str, object] = {}
+"""The search a forked worker runs (inherited at fork; only the small _Partial results travel back)."""
+
+
+def _run_batch(index: int) -> _Partial:
+    st = _STATE
+    model, cluster, space = st["model"], st["cluster"], st["space"]
+    cap, keep, layout_filter, chunk = st["cap"], st["keep"], st["filter"], st["chunk"]
     evaluated = feasible = 0
-    for lay in enumerate_layouts(model, cluster, gbs, seq, space, chunk=chunk):
+    least_req, least = np.inf, None
+    top: Layouts | None = None
+    score = required_top = np.empty(0)
+    for lay in enumerate_layouts(model, cluster, st["gbs"], st["seq"], space, chunk=chunk,
+                                 cells=st["batches"][index]):
         if layout_filter is not None:
             lay = lay.take(np.flatnonzero(layout_filter(lay)))
             if not len(lay):
@@ -197,27 +211,89 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
         # Memory first: a layout that cannot fit needs no step time.
         required = required_memory_gib(model, cluster, lay)
         evaluated += len(lay)
-        i_least = int(np.argmin(required))
-        if least is None or required[i_least] < least[0]:
-            least = (float(required[i_least]), lay.take(np.array([i_least])))
+        i = int(np.argmin(required))
+        if required[i] < least_req:
+            least_req, least = float(required[i]), lay.take(np.array([i]))
         fitting = np.flatnonzero(required <= cap)
         feasible += len(fitting)
-        if len(fitting):
-            ev = evaluate_layouts(model, cluster, lay.take(fitting), breakdown=False)
-            order = np.argsort(-ev.tokens_per_s_per_gpu, kind="stable")[:keep]
-            chosen = ev.layouts.take(order)
-            best_lay = chosen if best_lay is None else _concat(best_lay, chosen)
-            best_score = np.concatenate([best_score, ev.tokens_per_s_per_gpu[order]])
-            best_req = np.concatenate([best_req, ev.required_gib[order]])
-            # Keep the top: higher throughput first, then less memory, then the simpler layout.
-            rank = np.lexsort((_complexity(best_lay), best_req, -best_score))[:keep]
-            best_lay, best_score, best_req = best_lay.take(rank), best_score[rank], best_req[rank]
-        if progress:
-            progress(evaluated)
+        if not len(fitting):
+            continue
+        ev = evaluate_layouts(model, cluster, lay.take(fitting), breakdown=False)
+        order = np.argsort(-ev.tokens_per_s_per_gpu, kind="stable")[:keep]
+        top, score, required_top = _top(top, score, required_top, ev.layouts.take(order),
+                                        ev.tokens_per_s_per_gpu[order], ev.required_gib[order], keep)
+    return _Partial(evaluated, feasible, least_req, least, top, score, required_top)
+
+
+def _top(top: Layouts | None, score: np.ndarray, required: np.ndarray, lay: Layouts, new_score: np.ndarray,
+         new_required: np.ndarray, keep: int) -> tuple[Layouts, np.ndarray, np.ndarray]:
+    """Merge candidates, keeping the best `keep`: higher throughput, then less memory, then simpler."""
+    top = lay if top is None else _concat(top, lay)
+    score = np.concatenate([score, new_score])
+    required = np.concatenate([required, new_required])
+    rank = np.lexsort((_complexity(top), required, -score))[:keep]
+    return top.take(rank), score[rank], required[rank]
+
+
+def _batches(cells: list[dict], space: SearchSpace, parts: int) -> list[list[dict]]:
+    """Split grid cells into `parts` batches of about equal size (largest cells first, greedily)."""
+    sizes = [_cell_size(c, space) for c in cells]
+    out: list[list[dict]] = [[] for _ in range(parts)]
+    load = [0] * parts
+    for i in sorted(range(len(cells)), key=lambda i: -sizes[i]):
+        j = load.index(min(load))
+        out[j].append(cells[i])
+        load[j] += sizes[i]
+    return [b for b in out if b]
+
+
+def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: SearchSpace | None = None,
+         objective: str = "throughput", top: int = 5, within: float = 0.05,
+         layout_filter: Callable[[Layouts], np.ndarray] | None = None,
+         progress: Callable[[int], None] | None = None, chunk: int = CHUNK, workers: int | None = None) -> PlanResult:
+    """Rank every valid layout that fits. objective 'memory' returns, among the layouts within `within`
+    of the best throughput, the ones with the most memory headroom; 'cost' (GPU-hours per token on a fixed
+    cluster) ranks like 'throughput'. `layout_filter` restricts the space further (a framework's
+    abilities); `progress` is called with the running count of evaluated layouts; `chunk` bounds how many
+    layouts are evaluated at once (memory) and `workers` how many processes share the grid (default: the
+    CPU count, for large spaces), neither changing the result.
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}")
+    space = space or SearchSpace()
+    start = time.perf_counter()
+    keep = max(top, 1) if objective != "memory" else max(top, 1) * 50
+    cells = list(_grid(model, cluster, gbs, seq, space))
+    workers = workers if workers is not None else (os.cpu_count() or 1)
+    parts = max(1, min(workers, len(cells))) * 4 if workers > 1 else 1
+    _STATE.update(model=model, cluster=cluster, space=space, gbs=gbs, seq=seq, keep=keep, chunk=chunk,
+                  cap=cluster.gpu.hbm_gib * space.max_memory_fraction, filter=layout_filter,
+                  batches=_batches(cells, space, parts) if cells else [])
+    indices = range(len(_STATE["batches"]))
+    partials: list[_Partial] = []
+    evaluated = 0
+    if workers > 1 and len(indices) > 1 and "fork" in mp.get_all_start_methods():
+        with mp.get_context("fork").Pool(min(workers, len(indices))) as pool:
+            for part in pool.imap_unordered(_run_batch, indices):
+                partials.append(part)
+                evaluated += part.evaluated
+                if progress:
+                    progress(evaluated)
+    else:
+        for i in indices:
+            partials.append(_run_batch(i))
+            evaluated += partials[-1].evaluated
+            if progress:
+                progress(evaluated)
+    best: tuple[Layouts, np.ndarray, np.ndarray] | None = None
+    for part in partials:
+        if part.top is not None:
+            best = (_top(best[0], best[1], best[2], part.top, part.score, part.required, keep) if best
+                    else (part.top, part.score, part.required))
     plans: list[Estimate] = []
-    if best_lay is not None:
-        ev = evaluate_layouts(model, cluster, best_lay)
-        for i in range(len(best_lay)):
+    if best is not None:
+        ev = evaluate_layouts(model, cluster, best[0])
+        for i in range(len(best[0])):
             # A layout that predicts exactly like a simpler one ranked above it adds nothing to the list.
             if plans and ev.step_time_s[i] == plans[-1].step_time_s and ev.required_gib[i] == plans[-1].required_gib:
                 continue
@@ -226,9 +302,10 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
     if objective == "memory" and plans:
         floor = plans[0].tokens_per_s_per_gpu * (1 - within)
         plans = sorted((e for e in plans if e.tokens_per_s_per_gpu >= floor), key=lambda e: e.required_gib)
-    least_estimate = evaluate_layouts(model, cluster, least[1]).estimate(0) if least else None
-    return PlanResult(plans=plans[:top], evaluated=evaluated, feasible=feasible, search_seconds=seconds,
-                      least_memory=least_estimate)
+    least = min((p for p in partials if p.least is not None), key=lambda p: p.least_required, default=None)
+    least_estimate = evaluate_layouts(model, cluster, least.least).estimate(0) if least else None
+    return PlanResult(plans=plans[:top], evaluated=evaluated, feasible=sum(p.feasible for p in partials),
+                      search_seconds=seconds, least_memory=least_estimate)
 
 
 def _concat(a: Layouts, b: Layouts) -> Layouts:

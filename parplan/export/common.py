@@ -1,0 +1,94 @@
+"""Pieces every exporter shares: the `Launch` result, framework support rules and shell rendering.
+
+A support rule says what a framework cannot express. It is written once, vectorised over
+`parplan.planner.strategy.Layouts`, so the planner can filter a whole batch (`plan --framework F`) with the
+very predicate that makes `export` refuse a single layout; the single layout is checked as a 1-element batch.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from parplan.hardware.spec import ClusterSpec
+from parplan.models.spec import ModelSpec
+from parplan.planner.strategy import SCHEDULES, Layouts, Strategy
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Launch settings for one framework: the files to write and the caveats to read first."""
+
+    framework: str
+    """One of `parplan.export.FRAMEWORKS`."""
+    files: dict[str, str]
+    """File name -> text, in the order they should be read."""
+    notes: tuple[str, ...] = ()
+    """Caveats: what the files cannot say, or what must be set elsewhere."""
+
+    @property
+    def text(self) -> str:
+        """All files with `==> name <==` headers (as `tail` prints them), then the notes."""
+        parts = [f"==> {name} <==\n{body.rstrip()}\n" for name, body in self.files.items()]
+        if self.notes:
+            parts.append("==> notes <==\n" + "".join(f"- {note}\n" for note in self.notes))
+        return "\n".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Support:
+    """One layout feature a framework cannot express."""
+
+    name: str
+    ok: Callable[[Layouts, ModelSpec | None], np.ndarray]
+    """True where the framework can run the layout. `model` is None when the caller has none: rules that
+    need it must then pass everything."""
+    why: Callable[[Strategy], str]
+    """Reason shown for a layout that fails `ok`."""
+
+
+def is_schedule(lay: Layouts, *names: str) -> np.ndarray:
+    """True where the layout uses one of the named pipeline schedules."""
+    return np.isin(lay.schedule, [SCHEDULES.index(n) for n in names])
+
+
+def supported_mask(rules: Iterable[Support], lay: Layouts, model: ModelSpec | None) -> np.ndarray:
+    ok = np.ones(len(lay), dtype=bool)
+    for rule in rules:
+        ok &= np.asarray(rule.ok(lay, model), dtype=bool)
+    return ok
+
+
+def first_unsupported(rules: Iterable[Support], strategy: Strategy, model: ModelSpec | None) -> str | None:
+    """Reason of the first rule the layout breaks, or None."""
+    lay = Layouts.from_strategies([strategy])
+    for rule in rules:
+        if not bool(np.asarray(rule.ok(lay, model))[0]):
+            return rule.why(strategy)
+    return None
+
+
+def describe(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> str:
+    """One-line summary of the layout for file headers."""
+    dp = s.dp(cluster.gpus)
+    micro = s.gbs // (dp * s.mbs)
+    return (f"{model.name} on {cluster.gpus} x {cluster.gpu.name}: tp={s.tp} pp={s.pp} vpp={s.vpp} cp={s.cp} "
+            f"ep={s.ep} etp={s.etp} dp={dp} zero={s.zero} mbs={s.mbs} gbs={s.gbs} ({micro} micro-batches) "
+            f"seq={s.seq} schedule={s.schedule} recompute={s.recompute} precision={s.precision}")
+
+
+Flag = tuple[str, ...]
+"""One command-line argument: ("--flag",) or ("--flag", "value")."""
+
+
+def shell_array(variable: str, flags: Iterable[Flag], header: Iterable[str], usage: str) -> str:
+    """A bash array of arguments, one flag per line, values quoted for the shell."""
+    lines = [f"# {line}" for line in header]
+    lines.append(f"{variable}=(")
+    lines += ["  " + " ".join(shlex.quote(token) for token in flag) for flag in flags]
+    lines.append(")")
+    lines.append(f"# {usage}")
+    return "\n".join(lines) + "\n"
