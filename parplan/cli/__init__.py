@@ -14,6 +14,7 @@ import typer
 from parplan.cli import hardware, models
 from parplan.cli._output import err_console
 from parplan.cli.explain import explain
+from parplan.cli.export import export_command
 from parplan.cli.plan import plan_command
 from parplan.cli.validate import validate
 from parplan.errors import ParplanError
@@ -30,6 +31,7 @@ app.add_typer(hardware.app, name="hardware")
 app.command("plan")(plan_command)
 app.command("explain")(explain)
 app.command("validate")(validate)
+app.command("export")(export_command)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def print_text(text: str) -> None:
+    """Text that must reach the user byte for byte (shell fragments, config files): no wrapping, no markup."""
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
 def print_json(document: Any) -> None:
     """Exactly one JSON document on stdout."""
     sys.stdout.write(json.dumps(_plain(document), indent=2) + "\n")

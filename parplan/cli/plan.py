@@ -5,19 +5,22 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
+import numpy as np
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from parplan.cli._options import ClusterOpt, JsonOpt, ModelOpt, SeqOpt
-from parplan.cli._output import console, err_console, print_json
+from parplan.cli._output import console, err_console, print_json, print_text
 from parplan.cli.explain import layout_text
 from parplan.errors import ConfigError, NoFeasiblePlanError
+from parplan.export import Launch, export, framework_mask
 from parplan.hardware import load_cluster
 from parplan.models import load_model
 from parplan.planner.api import space_from_options, why_better
 from parplan.planner.estimate import Estimate
 from parplan.planner.search import OBJECTIVES, PlanResult, gpu_counts, plan_or_raise
+from parplan.planner.strategy import Layouts, Strategy
 
 IntSpec = Annotated[str | None, typer.Option(help="A value, a list (1,2,4) or a range (1..16).")]
 
@@ -69,9 +72,9 @@ def _plans_table(result: PlanResult, title: str) -> Table:
     return table
 
 
-def _plan_doc(result: PlanResult) -> dict[str, object]:
+def _plan_doc(result: PlanResult, sources: dict[str, str]) -> dict[str, object]:
     return {"evaluated": result.evaluated, "feasible": result.feasible, "search_seconds": result.search_seconds,
-            "plans": [e.as_dict() for e in result.plans]}
+            "plans": [{**e.as_dict(), **sources} for e in result.plans]}
 
 
 def plan_command(
@@ -103,6 +106,10 @@ def plan_command(
     tokens: Annotated[float | None, typer.Option(help="Token budget, e.g. 15e12 (with --days or for cost).")] = None,
     days: Annotated[float | None, typer.Option(help="Deadline in days: smallest GPU count meeting it.")] = None,
     top: Annotated[int, typer.Option(min=1, help="Rows to show.")] = 5,
+    framework: Annotated[str | None, typer.Option(
+        help="Only layouts this framework can run: megatron, deepspeed or torchtitan.")] = None,
+    emit: Annotated[str | None, typer.Option(
+        help="Also write the winner's launch settings for megatron, deepspeed or torchtitan.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Search every valid layout, drop those that do not fit, and recommend the best."""
@@ -123,6 +130,13 @@ def plan_command(
     base = load_cluster(cluster)
     if "fp8" in space.precision and not base.gpu.supports_fp8:
         raise ConfigError(f"{base.gpu.name} has no fp8 tensor cores; use --precision bf16", field="precision")
+    layout_filter = None
+    if framework is not None:
+        framework_mask(framework, Layouts.from_strategies([Strategy()]))  # unknown names fail here, clearly
+
+        def layout_filter(lay: Layouts) -> np.ndarray:
+            return framework_mask(framework, lay, model=model_spec)
+
     update, close = _progress_callback()
     results: list[tuple[int, PlanResult]] = []
     failure: NoFeasiblePlanError | None = None
@@ -130,7 +144,8 @@ def plan_command(
         for n in counts:
             try:
                 result = plan_or_raise(model_spec, base.with_gpus(n), gbs=gbs, seq=seq, space=space,
-                                       objective=objective, top=top, within=within, progress=update)
+                                       objective=objective, top=top, within=within, progress=update,
+                                       layout_filter=layout_filter)
             except NoFeasiblePlanError as e:
                 if len(counts) == 1:
                     raise
@@ -142,23 +157,33 @@ def plan_command(
     if not results:
         assert failure is not None
         raise failure
+    sources = {"model_source": model, "cluster_source": cluster}
+    launch = None
+    if emit is not None:
+        best = results[-1][1].plans[0] if len(results) > 1 else results[0][1].plans[0]
+        launch = export(model_spec, base.with_gpus(best.gpus), best.strategy, emit)
     if len(results) == 1:
-        _show_single(results[0][1], model, cluster, tokens, json_out)
+        _show_single(results[0][1], model, cluster, tokens, json_out, sources, launch)
     else:
-        _show_sizes(results, tokens, days, json_out)
+        _show_sizes(results, tokens, days, json_out, sources)
+        if launch is not None and not json_out:
+            print_text(launch.text)
 
 
 def _days(tokens: float, est: Estimate) -> float:
     return tokens / est.tokens_per_s / 86400
 
 
-def _show_single(result: PlanResult, model: str, cluster: str, tokens: float | None, json_out: bool) -> None:
+def _show_single(result: PlanResult, model: str, cluster: str, tokens: float | None, json_out: bool,
+                 sources: dict[str, str], launch: Launch | None) -> None:
     best = result.plans[0]
     if json_out:
-        doc = _plan_doc(result)
+        doc = _plan_doc(result, sources)
         if tokens:
             doc["days"] = _days(tokens, best)
             doc["gpu_hours"] = tokens / best.tokens_per_s_per_gpu / 3600
+        if launch is not None:
+            doc["launch"] = {"framework": launch.framework, "files": launch.files, "notes": list(launch.notes)}
         print_json(doc)
         return
     console.print(_plans_table(result, f"Best layouts of {best.model} on {best.gpus}× {best.cluster} "
@@ -171,16 +196,18 @@ def _show_single(result: PlanResult, model: str, cluster: str, tokens: float | N
                       f"({tokens / best.tokens_per_s_per_gpu / 3600:,.0f} GPU-hours).", highlight=False)
     console.print("Inspect it with:", highlight=False)
     console.print(f"  {_explain_command(best, model, cluster)}", highlight=False, soft_wrap=True)
+    if launch is not None:
+        print_text(launch.text)
 
 
 def _show_sizes(results: list[tuple[int, PlanResult]], tokens: float | None, days: float | None,
-                json_out: bool) -> None:
+                json_out: bool, sources: dict[str, str]) -> None:
     chosen = None
     if tokens and days:
         meeting = [(n, r) for n, r in results if _days(tokens, r.plans[0]) <= days]
         chosen = meeting[0][0] if meeting else None
     if json_out:
-        print_json({"sizes": [{"gpus": n, **_plan_doc(r)} for n, r in results],
+        print_json({"sizes": [{"gpus": n, **_plan_doc(r, sources)} for n, r in results],
                     "recommended_gpus": chosen})
         return
     table = Table(title="Best layout per cluster size", title_justify="left")

@@ -1,0 +1,78 @@
+"""`parplan export`: launch settings for a plan or explain result (their --json output)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from parplan.cli._options import JsonOpt
+from parplan.cli._output import console, print_json, print_text
+from parplan.errors import ConfigError
+from parplan.export import FRAMEWORKS, Launch, export
+from parplan.hardware import load_cluster
+from parplan.models import load_model
+from parplan.planner.strategy import Strategy
+
+_FIELDS = {f.name for f in dataclasses.fields(Strategy)}
+
+
+def _read_plan(path: Path, index: int) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"not valid JSON (line {e.lineno}: {e.msg})", file=str(path)) from None
+    except OSError as e:
+        raise ConfigError(f"cannot read file ({e.strerror})", file=str(path)) from None
+    if isinstance(doc, dict) and "plans" in doc:
+        plans = doc["plans"]
+        if not isinstance(plans, list) or not plans:
+            raise ConfigError("no plans in the file", file=str(path), field="plans")
+        if not 0 <= index < len(plans):
+            raise ConfigError(f"plan index {index} out of range (the file has {len(plans)})", file=str(path),
+                              field="plans")
+        doc = plans[index]
+    for key in ("strategy", "gpus"):
+        if not isinstance(doc, dict) or key not in doc:
+            raise ConfigError("expected the output of `parplan plan --json` or `parplan explain --json`",
+                              file=str(path), field=key)
+    return doc
+
+
+def strategy_from_dict(raw: dict[str, Any], file: str) -> Strategy:
+    try:
+        return Strategy(**{k: v for k, v in raw.items() if k in _FIELDS})
+    except TypeError as e:
+        raise ConfigError(str(e), file=file, field="strategy") from None
+
+
+def show_launch(launch: Launch, out: Path | None, json_out: bool) -> None:
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in launch.files.items():
+            (out / name).write_text(text)
+    if json_out:
+        print_json({"framework": launch.framework, "files": launch.files, "notes": list(launch.notes),
+                    "written_to": str(out) if out else None})
+        return
+    print_text(launch.text)
+    if out is not None:
+        console.print(f"wrote {', '.join(launch.files)} to {out}", highlight=False)
+
+
+def export_command(
+    plan_file: Annotated[Path, typer.Argument(help="JSON written by `plan --json` or `explain --json`.")],
+    framework: Annotated[str, typer.Option("--format", "-f", help=f"One of {', '.join(FRAMEWORKS)}.")],
+    index: Annotated[int, typer.Option(min=0, help="Which plan of a `plan --json` file (0 = best).")] = 0,
+    out: Annotated[Path | None, typer.Option(help="Directory to write the files to.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write launch settings (Megatron-LM arguments, DeepSpeed config, torchtitan job) for a saved plan."""
+    doc = _read_plan(plan_file, index)
+    model = load_model(doc.get("model_source") or doc["model"])
+    cluster = load_cluster(doc.get("cluster_source") or doc["cluster"], gpus=int(doc["gpus"]))
+    strategy = strategy_from_dict(doc["strategy"], str(plan_file))
+    show_launch(export(model, cluster, strategy, framework), out, json_out)
