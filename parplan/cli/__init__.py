@@ -10,9 +10,11 @@ import os
 import sys
 
 import typer
+from rich.markup import escape
 
-from parplan.cli import hardware, models
+from parplan.cli import bench, hardware, models
 from parplan.cli._output import err_console
+from parplan.cli.calibrate import calibrate_command
 from parplan.cli.explain import explain
 from parplan.cli.export import export_command
 from parplan.cli.plan import plan_command
@@ -32,6 +34,9 @@ app.command("plan")(plan_command)
 app.command("explain")(explain)
 app.command("validate")(validate)
 app.command("export")(export_command)
+app.command("calibrate")(calibrate_command)
+app.add_typer(bench.app, name="bench")
+hardware.app.command("import-nccl-tests")(bench.import_nccl_tests)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         app(args=argv, standalone_mode=False)
     except ParplanError as e:
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return e.exit_code
     except typer.Exit as e:
         return e.exit_code
@@ -53,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             return code
         if os.environ.get("PARPLAN_DEBUG"):
             raise
-        err_console.print(f"[bold red]internal error:[/] {type(e).__name__}: {e} "
+        err_console.print(f"[bold red]internal error:[/] {type(e).__name__}: {escape(str(e))} "
                           "(set PARPLAN_DEBUG=1 for a traceback; please report it)", highlight=False, soft_wrap=True)
         return 1
     return 0

@@ -60,7 +60,7 @@ def show_launch(launch: Launch, out: Path | None, json_out: bool) -> None:
         return
     print_text(launch.text)
     if out is not None:
-        console.print(f"wrote {', '.join(launch.files)} to {out}", highlight=False)
+        console.print(f"wrote {', '.join(launch.files)} to {out}", highlight=False, markup=False)
 
 
 def export_command(

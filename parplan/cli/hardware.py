@@ -63,10 +63,22 @@ def show_hardware(
                       f"{c.scaleout.busbw_gbps:g}, ring step {c.scaleout.ring_step_us:g} µs"),
     ]
     console.print(kv_table(f"Cluster {c.name}", rows))
+    if c.measured:
+        measured = Table(title="Measured on this system (hardware profile)", title_justify="left")
+        measured.add_column("field", style="bold")
+        measured.add_column("value")
+        measured.add_column("how")
+        for key, note in c.measured.items():
+            section, _, name = key.partition(".")
+            value = getattr(getattr(c, section), name, "")
+            measured.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value), note)
+        console.print(measured)
     if c.sources:
-        src = Table(title="Sources", title_justify="left")
+        title = "Assumed from datasheets and published measurements" if c.measured else "Sources"
+        src = Table(title=title, title_justify="left")
         src.add_column("field", style="bold")
         src.add_column("source")
         for key, value in c.sources.items():
-            src.add_row(key, value)
+            if key not in c.measured:
+                src.add_row(key, value)
         console.print(src)

@@ -28,7 +28,9 @@ from parplan._resources import data_dir
 from parplan.errors import ConfigError, UnknownPresetError
 from parplan.hardware.spec import Calibration, ClusterSpec, GPUSpec, LinkSpec
 
-_TOP = {"name", "base", "description", "gpu", "node", "scaleup", "scaleout", "calibration", "sources", "gpus"}
+_TOP = {"name", "base", "description", "gpu", "node", "scaleup", "scaleout", "calibration", "sources", "gpus",
+        "fits", "measurements"}
+"""`fits` and `measurements` belong to hardware profiles (profile.py): what was measured, and the samples."""
 
 
 def preset_names() -> list[str]:
@@ -103,12 +105,13 @@ def cluster_from_dict(data: dict[str, Any], *, file: str, gpus: int | None = Non
     for key in data:
         if key not in _TOP:
             raise ConfigError(f"unknown field; allowed: {', '.join(sorted(_TOP))}", file=file, field=key)
+    fits = data.get("fits") or {}
     if data.get("base") is not None:
         base_name = data["base"]
         if base_name not in preset_names():
             raise UnknownPresetError("cluster", str(base_name), preset_names())
         data = _merge(_read_yaml(data_dir("hardware") / f"{base_name}.yaml"),
-                      {k: v for k, v in data.items() if k != "base"})
+                      {k: v for k, v in data.items() if k not in ("base", "fits", "measurements")})
     for key in ("name", "gpu", "node", "scaleup", "scaleout"):
         if data.get(key) is None:
             raise ConfigError("required field is missing", file=file, field=key)
@@ -138,8 +141,22 @@ def cluster_from_dict(data: dict[str, Any], *, file: str, gpus: int | None = Non
         scaleout=_spec(LinkSpec, data["scaleout"], file, "scaleout"),
         calibration=_spec(Calibration, data.get("calibration") or {}, file, "calibration"),
         sources={str(k): str(v) for k, v in sources.items()},
+        measured=_measured(fits),
         source=file,
     )
+
+
+def _measured(fits: Any) -> dict[str, str]:
+    """field path -> what measured it, from a profile's `fits` section."""
+    out: dict[str, str] = {}
+    for kind, report in (fits.items() if isinstance(fits, dict) else ()):
+        if not isinstance(report, dict):
+            continue
+        rms = report.get("rms_rel_error")
+        note = f"measured ({kind} fit" + (f", rms error {rms:.1%})" if isinstance(rms, float) else ")")
+        for path in report.get("sets", []):
+            out[str(path)] = note
+    return out
 
 
 @lru_cache(maxsize=32)

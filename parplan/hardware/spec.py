@@ -117,6 +117,8 @@ class ClusterSpec:
     calibration: Calibration = field(default_factory=Calibration)
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     """Field path -> where the number comes from."""
+    measured: dict[str, str] = field(default_factory=dict, compare=False)
+    """Field path -> the measurement that set it (hardware profiles); other numbers are the preset's."""
     source: str = field(default="", compare=False)
     """Preset name or file path."""
 
@@ -156,4 +158,5 @@ class ClusterSpec:
             "scaleout": dataclasses.asdict(self.scaleout),
             "calibration": dataclasses.asdict(self.calibration),
             "sources": dict(self.sources),
+            "measured": dict(self.measured),
         }

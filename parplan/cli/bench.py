@@ -1,0 +1,275 @@
+"""`parplan bench ...`, `parplan hardware import-nccl-tests`: measure, fit, and write a hardware profile.
+
+torch is needed only here (`pip install 'parplan[bench]'`); the planner never imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from parplan.cli._options import JsonOpt
+from parplan.cli._output import console, err_console, print_json
+from parplan.errors import ConfigError
+from parplan.hardware import load_cluster
+from parplan.hardware.samples import ProfileSamples
+
+app = typer.Typer(help="Measure this machine (torch): GEMMs, attention, memory, collectives.",
+                  no_args_is_help=True)
+
+ClusterBase = Annotated[str, typer.Option("--cluster", "-c", help="Preset the profile starts from (its peaks).")]
+OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="Profile YAML to create or add the samples to.")]
+DeviceOpt = Annotated[str | None, typer.Option(help="torch device (default: cuda when present, else cpu).")]
+
+
+def _sweep(items: Sequence[Any], run: Callable[[Any], list], label: str, quiet: bool) -> list:
+    """Run one measurement per item under a progress bar (on stderr)."""
+    out: list = []
+    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
+                  transient=True, disable=quiet) as bar:
+        task = bar.add_task(label, total=len(items))
+        for item in items:
+            out += run(item)
+            bar.advance(task)
+    return out
+
+
+def _samples(kind: str, items: list, env: dict[str, Any]) -> ProfileSamples:
+    return ProfileSamples(date=env["date"], device=env["device"], torch_version=env.get("torch_version"),
+                          nccl_version=env.get("nccl_version"), **{kind: tuple(items)})
+
+
+def _save(out: Path | None, base: str, profile: ProfileSamples) -> dict[str, Any] | None:
+    if out is None:
+        return None
+    from parplan.hardware.profile import write_profile
+
+    cluster = write_profile(out, base, profile)
+    console.print(f"wrote {out}: fitted {', '.join(sorted(cluster.measured)) or 'nothing yet'}", highlight=False,
+                  markup=False)
+    return cluster.measured
+
+
+def _sizes(text: str) -> list[int]:
+    """'1K..1G' (powers of two) or a list '4096,65536'; K/M/G = 2^10/2^20/2^30 as in nccl-tests."""
+    def parse(token: str) -> int:
+        token = token.strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(token[-1:], 1)
+        return int(float(token.rstrip("KMG")) * scale)
+
+    if ".." in text:
+        lo, hi = (parse(x) for x in text.split("..", 1))
+        out = []
+        while lo <= hi:
+            out.append(lo)
+            lo *= 2
+        return out
+    return [parse(x) for x in text.split(",") if x.strip()]
+
+
+@app.command("gemm")
+def bench_gemm(
+    cluster: ClusterBase = "h100",
+    model: Annotated[str, typer.Option(help="Time this model's per-layer GEMM shapes.")] = "llama3.1-8b",
+    tp: Annotated[int, typer.Option(min=1, help="Tensor parallelism the shapes are split by.")] = 1,
+    tokens: Annotated[str, typer.Option(help="Micro-batch token counts (list).")] = "2048,4096,8192",
+    dtype: Annotated[str, typer.Option(help="bf16, fp16, fp8, tf32 (list).")] = "bf16",
+    repeats: Annotated[int, typer.Option(min=1)] = 20,
+    device: DeviceOpt = None,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Time the matrix products the cost model uses and report TFLOP/s against the peak."""
+    from parplan.hardware.bench import environment
+    from parplan.hardware.bench.gemm import default_gemm_shapes, run_gemm
+    from parplan.models import load_model
+
+    spec = load_cluster(cluster)
+    dtypes = [d.strip() for d in dtype.split(",")]
+    shapes = default_gemm_shapes(load_model(model), tp, [int(t) for t in tokens.split(",")])
+    env = environment(device)
+    on_cpu = env["device"] == "cpu"
+    if on_cpu:
+        # A CPU cannot stand in for the GPU curve: keep a few small shapes so the run stays short.
+        shapes = [s for s in shapes if s[0] * s[1] * s[2] <= 2**30][:4] or shapes[:2]
+    samples = _sweep(shapes, lambda shape: run_gemm([shape], dtypes, repeats=repeats, device=device),
+                     "GEMM shapes", json_out)
+    rows = [{"m": s.m, "n": s.n, "k": s.k, "dtype": s.dtype, "time_us": s.time_us, "tflops": s.tflops,
+             "efficiency": None if on_cpu or s.dtype not in spec.gpu.peak_tflops
+             else s.tflops / spec.gpu.peak_tflops[s.dtype]} for s in samples]
+    measured = _save(out, cluster, _samples("gemm", samples, env)) if not on_cpu else None
+    if out is not None and on_cpu:
+        err_console.print("CPU run: samples shown, not fitted into a GPU profile", highlight=False)
+    if json_out:
+        print_json({"device": env["device"], "samples": rows, "measured": measured})
+        return
+    table = Table(title=f"GEMM on {env['device']}", title_justify="left")
+    for col in ("m", "n", "k", "dtype", "µs", "TFLOP/s", "of peak"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        eff = "-" if r["efficiency"] is None else f"{r['efficiency']:.1%}"
+        table.add_row(str(r["m"]), str(r["n"]), str(r["k"]), r["dtype"], f"{r['time_us']:.1f}",
+                      f"{r['tflops']:.2f}", eff)
+    console.print(table)
+
+
+@app.command("attention")
+def bench_attention(
+    cluster: ClusterBase = "h100",
+    seq: Annotated[str, typer.Option(help="Sequence lengths (list).")] = "1024,2048,4096,8192",
+    heads: Annotated[int, typer.Option(min=1)] = 32,
+    head_dim: Annotated[int, typer.Option(min=1)] = 128,
+    batch: Annotated[int, typer.Option(min=1)] = 1,
+    device: DeviceOpt = None,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Time scaled_dot_product_attention forward and backward (causal)."""
+    from parplan.hardware.bench import environment
+    from parplan.hardware.bench.attention import run_attention
+    from parplan.hardware.fit import attention_flops
+
+    env = environment(device)
+    lengths = [int(x) for x in seq.split(",")]
+    if env["device"] == "cpu":
+        lengths = [s for s in lengths if s <= 1024] or [256]
+        heads = min(heads, 4)
+    samples = _sweep(lengths, lambda s: run_attention([(batch, heads, s, head_dim)], device=device), "sequences",
+                     json_out)
+    measured = _save(out, cluster, _samples("attention", samples, env)) if env["device"] != "cpu" else None
+    rows = [{"seq": s.seq, "fwd_us": s.fwd_us, "bwd_us": s.bwd_us,
+             "fwd_tflops": attention_flops(s) / s.fwd_us / 1e6, "bwd_tflops": 2.5 * attention_flops(s) / s.bwd_us / 1e6}
+            for s in samples]
+    if json_out:
+        print_json({"device": env["device"], "samples": rows, "measured": measured})
+        return
+    table = Table(title=f"Attention on {env['device']} (heads {heads}, head_dim {head_dim})", title_justify="left")
+    for col in ("seq", "fwd µs", "bwd µs", "fwd TFLOP/s", "bwd TFLOP/s"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(str(r["seq"]), f"{r['fwd_us']:.1f}", f"{r['bwd_us']:.1f}", f"{r['fwd_tflops']:.2f}",
+                      f"{r['bwd_tflops']:.2f}")
+    console.print(table)
+
+
+@app.command("memory")
+def bench_memory(
+    cluster: ClusterBase = "h100",
+    device: DeviceOpt = None,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Time large copies: achieved memory bandwidth against the datasheet."""
+    from parplan.hardware.bench import environment
+    from parplan.hardware.bench.memory import run_memory
+
+    env = environment(device)
+    samples = run_memory(device=device) if env["device"] != "cpu" else run_memory([1 << 20, 1 << 24], device=device)
+    measured = _save(out, cluster, _samples("memory", samples, env)) if env["device"] != "cpu" else None
+    peak = load_cluster(cluster).gpu.hbm_tbps * 1e3
+    rows = [{"size_bytes": s.size_bytes, "time_us": s.time_us, "gbps": s.gbps,
+             "of_datasheet": None if env["device"] == "cpu" else s.gbps / peak} for s in samples]
+    if json_out:
+        print_json({"device": env["device"], "samples": rows, "measured": measured})
+        return
+    table = Table(title=f"Memory copy on {env['device']}", title_justify="left")
+    for col in ("bytes", "µs", "GB/s", "of datasheet"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(f"{r['size_bytes']:,}", f"{r['time_us']:.1f}", f"{r['gbps']:.1f}",
+                      "-" if r["of_datasheet"] is None else f"{r['of_datasheet']:.1%}")
+    console.print(table)
+
+
+def _collective_table(title: str, samples: list) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("collective", "ranks", "per node", "bytes", "µs", "algbw GB/s", "busbw GB/s"):
+        table.add_column(col, justify="left" if col == "collective" else "right")
+    for s in samples:
+        table.add_row(s.collective, str(s.ranks), str(s.ranks_per_node), f"{s.size_bytes:,}", f"{s.time_us:.1f}",
+                      f"{s.algbw_gbps:.2f}", f"{s.busbw_gbps:.2f}")
+    return table
+
+
+def _collective_rows(samples: list) -> list[dict[str, Any]]:
+    return [{"collective": s.collective, "ranks": s.ranks, "ranks_per_node": s.ranks_per_node,
+             "size_bytes": s.size_bytes, "time_us": s.time_us, "algbw_gbps": s.algbw_gbps,
+             "busbw_gbps": s.busbw_gbps, "in_place": s.in_place} for s in samples]
+
+
+@app.command("comm")
+def bench_comm(
+    cluster: ClusterBase = "h100",
+    collectives: Annotated[str, typer.Option(help="all_reduce, all_gather, reduce_scatter, all_to_all, "
+                                                  "send_recv (list).")] = "all_reduce,all_gather",
+    sizes: Annotated[str | None, typer.Option(help="1K..1G or a list (default 1K..1G on GPUs, 1K..512K on CPU).")]
+    = None,
+    nproc: Annotated[int | None, typer.Option(min=2, help="Processes on this node (default: GPUs, or 2 on CPU).")]
+    = None,
+    backend: Annotated[str | None, typer.Option(help="nccl or gloo (default: nccl with GPUs).")] = None,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """All-reduce, all-gather, reduce-scatter, all-to-all and send/recv over torchrun processes (nccl-tests
+    conventions for algbw/busbw). For several nodes, run it on every node with torchrun's rendezvous."""
+    from parplan.hardware.bench import environment
+    from parplan.hardware.bench.comm import run_comm
+
+    names = [c.strip() for c in collectives.split(",")]
+    samples = run_comm(names, _sizes(sizes) if sizes else None, nproc_per_node=nproc, backend=backend)
+    env = environment()
+    measured = _save(out, cluster, _samples("collectives", samples, env)) if env["device"] != "cpu" else None
+    if json_out:
+        print_json({"device": env["device"], "samples": _collective_rows(samples), "measured": measured})
+        return
+    console.print(_collective_table(f"Collectives ({backend or 'auto'}) on {env['device']}", samples))
+
+
+def import_nccl_tests(
+    logs: Annotated[list[Path], typer.Argument(help="nccl-tests output files.")],
+    cluster: ClusterBase = "h100",
+    collective: Annotated[str | None, typer.Option(help="When the log does not name it (all_reduce, ...).")] = None,
+    ranks: Annotated[int | None, typer.Option(min=1, help="When the log does not list its devices.")] = None,
+    ranks_per_node: Annotated[int | None, typer.Option(min=1, help="GPUs per node in the run.")] = None,
+    out: OutOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Parse nccl-tests logs (every format generation) into samples, fit α and busbw, write a profile."""
+    from parplan.hardware.fit import fit_collectives
+    from parplan.hardware.nccl_tests import nccl_version, parse_nccl_tests
+
+    samples = []
+    version = None
+    for log in logs:
+        try:
+            text = log.read_text()
+        except OSError as e:
+            raise ConfigError(f"cannot read file ({e.strerror})", file=str(log)) from None
+        samples += parse_nccl_tests(text, source=str(log), collective=collective, ranks=ranks,
+                                    ranks_per_node=ranks_per_node)
+        version = version or nccl_version(text)
+    import datetime
+
+    profile = ProfileSamples(date=datetime.date.today().isoformat(), device=f"nccl-tests logs ({len(logs)})",
+                             nccl_version=version, collectives=tuple(samples))
+    measured = _save(out, cluster, profile)
+    fits = fit_collectives(samples)
+    doc = {"samples": len(samples), "fits": [{"collective": k[0], "ranks": k[1], "ranks_per_node": k[2],
+                                              "alpha_us": f.alpha_us, "busbw_gbps": f.busbw_gbps,
+                                              "rms_rel_error": f.rms_rel_error} for k, f in fits.items()],
+           "measured": measured}
+    if json_out:
+        print_json(doc)
+        return
+    table = Table(title=f"{len(samples)} samples from {len(logs)} log(s): α-β fits", title_justify="left")
+    for col in ("collective", "ranks", "per node", "α µs", "busbw GB/s", "rms error"):
+        table.add_column(col, justify="left" if col == "collective" else "right")
+    for f in doc["fits"]:
+        table.add_row(f["collective"], str(f["ranks"]), str(f["ranks_per_node"]), f"{f['alpha_us']:.1f}",
+                      f"{f['busbw_gbps']:.1f}", f"{f['rms_rel_error']:.1%}")
+    console.print(table)

@@ -1,0 +1,152 @@
+"""Hardware profiles: measured samples fitted into a cluster file that `--cluster` reads.
+
+A profile is a cluster YAML (preset schema, usually `base: <preset>` plus the fitted fields) with two more
+sections: `fits` (each fit's parameters, residuals and which fields it set) and `measurements` (the raw
+samples, samples.py). Running several `parplan bench ...` commands into the same file accumulates samples;
+every write refits from all of them.
+
+Where the fitted numbers go (fit.py docstrings):
+- GEMM curve -> gpu.gemm_peak_fraction[dtype], gpu.gemm_tile_overhead_us, gpu.kernel_launch_us
+- attention -> gpu.attention_fwd_fraction / attention_bwd_fraction / attention_half_seq
+- memory copy -> gpu.hbm_efficiency
+- collectives inside one node -> scaleup.busbw_gbps (ring: all-gather, reduce-scatter, all-to-all, and
+  all-reduce on <= 4 GPUs) and scaleup.allreduce_busbw_gbps (all-reduce on > 4 GPUs of a switch: NVLS);
+  the fitted latency -> scaleup.ring_step_us = (α − NCCL base) / ring steps
+- collectives across nodes -> scaleout.busbw_gbps (per-GPU NIC rate, AlphaBetaFit.link_busbw_gbps)
+Bandwidths are fitted on messages of at least 256 MiB (one α-β line cannot follow NCCL's protocol switches
+over the whole sweep); the latency on the whole sweep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from parplan.errors import ConfigError
+from parplan.hardware.efficiency import NCCL_BASE_US
+from parplan.hardware.fit import fit_attention, fit_collectives, fit_gemm_curve, fit_memory
+from parplan.hardware.presets import load_cluster
+from parplan.hardware.samples import ProfileSamples, profile_from_dict, write_profile_samples
+from parplan.hardware.spec import ClusterSpec
+
+BANDWIDTH_MIN_BYTES = 256 * 2**20
+
+
+def read_profile(path: str | Path) -> tuple[dict[str, Any], ProfileSamples | None]:
+    """(cluster mapping without `measurements`, the samples) of an existing profile file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"not valid YAML: {getattr(e, 'problem', e)}", file=str(path)) from None
+    if not isinstance(data, dict):
+        raise ConfigError("expected a mapping at the top level", file=str(path))
+    raw = data.pop("measurements", None)
+    samples = profile_from_dict(raw, file=str(path)) if raw else None
+    return data, samples
+
+
+def merge_samples(old: ProfileSamples | None, new: ProfileSamples) -> ProfileSamples:
+    """Samples of both, with the newer header (date, device, versions)."""
+    if old is None:
+        return new
+    return dataclasses.replace(new, **{name: getattr(old, name) + getattr(new, name)
+                                       for name in ("collectives", "gemm", "attention", "memory")})
+
+
+def _ring_steps(collective: str, ranks: int) -> int:
+    return 2 * (ranks - 1) if collective == "all_reduce" else ranks - 1
+
+
+def fit_profile(base: ClusterSpec, samples: ProfileSamples) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(fitted cluster fields by section, fit reports) from all samples against `base`."""
+    fields: dict[str, dict[str, Any]] = {"gpu": {}, "scaleup": {}, "scaleout": {}}
+    reports: dict[str, Any] = {}
+    gpu = base.gpu
+    if samples.gemm:
+        fit = fit_gemm_curve(samples.gemm, gpu)
+        gpu = fit.apply(gpu)
+        fields["gpu"].update(gemm_peak_fraction={**base.gpu.gemm_peak_fraction, **fit.gemm_peak_fraction},
+                             gemm_tile_overhead_us=fit.gemm_tile_overhead_us, kernel_launch_us=fit.kernel_launch_us)
+        reports["gemm"] = {"samples": len(samples.gemm), "rms_rel_error": fit.rms_rel_error,
+                           "sets": ["gpu.gemm_peak_fraction", "gpu.gemm_tile_overhead_us", "gpu.kernel_launch_us"]}
+    if samples.attention:
+        fit = fit_attention(samples.attention, gpu)
+        gpu = fit.apply(gpu)
+        fields["gpu"].update(attention_fwd_fraction=fit.attention_fwd_fraction,
+                             attention_bwd_fraction=fit.attention_bwd_fraction,
+                             attention_half_seq=fit.attention_half_seq)
+        reports["attention"] = {"samples": len(samples.attention), "rms_rel_error": fit.rms_rel_error,
+                                "sets": ["gpu.attention_fwd_fraction", "gpu.attention_bwd_fraction",
+                                         "gpu.attention_half_seq"]}
+    if samples.memory:
+        fit = fit_memory(samples.memory, gpu)
+        fields["gpu"]["hbm_efficiency"] = fit.hbm_efficiency
+        reports["memory"] = {"samples": len(samples.memory), "rms_rel_error": fit.rms_rel_error,
+                             "sets": ["gpu.hbm_efficiency"]}
+    if samples.collectives:
+        _fit_links(base, samples, fields, reports)
+    return {k: v for k, v in fields.items() if v}, reports
+
+
+def _fit_links(base: ClusterSpec, samples: ProfileSamples, fields: dict[str, dict[str, Any]],
+               reports: dict[str, Any]) -> None:
+    large = [s for s in samples.collectives if s.size_bytes >= BANDWIDTH_MIN_BYTES]
+    bw_fits = fit_collectives(large) if len({s.size_bytes for s in large}) >= 2 else {}
+    lat_fits = fit_collectives(samples.collectives)
+    ring, nvls, nic, steps = [], [], [], []
+    for key, lat in lat_fits.items():
+        collective, ranks, per_node = key
+        bw = bw_fits.get(key, lat)
+        inside = per_node >= ranks
+        if collective == "send_recv":
+            (ring if inside else nic).append(bw.busbw_gbps)
+        elif inside and collective == "all_reduce" and ranks > 4 and base.scaleup.allreduce_busbw_gbps:
+            nvls.append(bw.busbw_gbps)
+        elif inside:
+            ring.append(bw.busbw_gbps)
+            if collective in ("all_reduce", "all_gather", "reduce_scatter") and ranks > 1:
+                steps.append(max(0.0, lat.alpha_us - NCCL_BASE_US) / _ring_steps(collective, ranks))
+        else:
+            nic.append(bw.link_busbw_gbps)
+        reports.setdefault("collectives", {})[f"{collective} {ranks} ranks, {per_node}/node"] = {
+            "alpha_us": lat.alpha_us, "busbw_gbps": bw.busbw_gbps, "rms_rel_error": lat.rms_rel_error,
+            "bandwidth_rms_rel_error": bw.rms_rel_error}
+    sets = []
+    if ring:
+        fields["scaleup"]["busbw_gbps"] = statistics.median(ring)
+        sets.append("scaleup.busbw_gbps")
+    if nvls:
+        fields["scaleup"]["allreduce_busbw_gbps"] = statistics.median(nvls)
+        sets.append("scaleup.allreduce_busbw_gbps")
+    if steps:
+        fields["scaleup"]["ring_step_us"] = statistics.median(steps)
+        sets.append("scaleup.ring_step_us")
+    if nic:
+        fields["scaleout"]["busbw_gbps"] = statistics.median(nic)
+        sets.append("scaleout.busbw_gbps")
+    if "collectives" in reports:
+        reports["collectives"]["sets"] = sets
+
+
+def write_profile(path: str | Path, base: str, new: ProfileSamples, *, name: str | None = None) -> ClusterSpec:
+    """Add `new` samples to the profile at `path` (created on `base` if absent), refit, write, and return the
+    cluster it now describes."""
+    path = Path(path)
+    mapping: dict[str, Any] = {}
+    old = None
+    if path.exists():
+        mapping, old = read_profile(path)
+        base = mapping.get("base", base)
+    samples = merge_samples(old, new)
+    base_spec = load_cluster(base)
+    fields, reports = fit_profile(base_spec, samples)
+    mapping = {"name": name or mapping.get("name") or path.stem, "base": base,
+               "description": f"{base_spec.description}; measured {samples.date} on {samples.device}",
+               **{k: v for k, v in mapping.items() if k in ("calibration",)}, **fields, "fits": reports}
+    write_profile_samples(path, samples, cluster=mapping)
+    return load_cluster(str(path))
