@@ -18,6 +18,7 @@ from parplan.cli.calibrate import calibrate_command
 from parplan.cli.explain import explain
 from parplan.cli.export import export_command
 from parplan.cli.plan import plan_command
+from parplan.cli.scale import scale_command
 from parplan.cli.validate import validate
 from parplan.errors import ParplanError
 
@@ -32,6 +33,7 @@ app.add_typer(models.app, name="models")
 app.add_typer(hardware.app, name="hardware")
 app.command("plan")(plan_command)
 app.command("explain")(explain)
+app.command("scale")(scale_command)
 app.command("validate")(validate)
 app.command("export")(export_command)
 app.command("calibrate")(calibrate_command)

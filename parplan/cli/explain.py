@@ -14,6 +14,8 @@ from parplan.models import load_model
 from parplan.planner.estimate import MEMORY_COMPONENTS, TIME_COMPONENTS, Estimate, evaluate
 from parplan.planner.explain import bottleneck
 from parplan.planner.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, Strategy
+from parplan.planner.timeline import Timeline, render, simulate
+from parplan.plots import memory_bars, plot_estimate
 
 
 def _choice(value: str, options: tuple[str, ...], name: str) -> str:
@@ -44,6 +46,9 @@ def explain(
     attention: Annotated[str, typer.Option(help="flash or unfused (materialised s×s scores).")] = "flash",
     tp_overlap: Annotated[bool, typer.Option("--tp-overlap/--no-tp-overlap",
                                              help="Overlap TP communication (--tp-comm-overlap).")] = False,
+    timeline: Annotated[bool, typer.Option("--timeline", help="Draw the pipeline schedule.")] = False,
+    plot: Annotated[str | None, typer.Option(help="Write time and memory charts to this PNG (parplan[plot]).")]
+    = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Predict one layout: step time, tokens/s/GPU, MFU, memory per GPU, and where the time goes."""
@@ -63,14 +68,43 @@ def explain(
     )
     est = evaluate(model_spec, cluster_spec, strategy)
     sentence = bottleneck(est, cluster_spec)
+    if plot:
+        plot_estimate(est, plot)
     if json_out:
         doc = est.as_dict()
         doc["model_source"] = model
         doc["cluster_source"] = cluster
         doc["bottleneck"] = sentence
+        if timeline:
+            tl = schedule_timeline(est)
+            doc["timeline"] = {"makespan_s": tl.makespan, "bubble_s": tl.bubble,
+                               "bubble_fraction": tl.bubble_fraction} if tl else None
         print_json(doc)
         return
     show_estimate(est, sentence)
+    if timeline:
+        tl = schedule_timeline(est)
+        if tl is None:
+            console.print("No pipeline (pp = 1): nothing to draw.", highlight=False)
+        else:
+            console.print(render(tl, width=min(console.width, 140)))
+    if plot:
+        console.print(f"wrote {plot}", highlight=False, markup=False)
+
+
+def schedule_timeline(est: Estimate) -> Timeline | None:
+    """The pipeline schedule of an estimate replayed with its slowest rank's per-micro-batch times."""
+    s = est.strategy
+    if s.pp == 1:
+        return None
+    slowest = max(est.stages, key=lambda st: st["microbatch_s"])
+    m = s.gbs // (s.dp(est.gpus) * s.mbs)
+    # DualPipe keeps two stages per rank and runs each micro-batch through one of them: the simulator takes
+    # a rank's whole share per micro-batch, which is the full-stage time (twice the half-work per micro-batch).
+    factor = 2.0 if s.schedule == "dualpipe" else 1.0
+    return simulate(s.schedule, s.pp, m, v=s.vpp if s.schedule == "interleaved" else 1,
+                    t_f=factor * slowest["forward_s"], t_b=factor * slowest["backward_s"],
+                    t_w=factor * slowest["wgrad_s"])
 
 
 def layout_text(s: Strategy, gpus: int) -> str:
@@ -124,4 +158,5 @@ def show_estimate(est: Estimate, sentence: str) -> None:
         mem.add_row(label, layers, *(f"{st['memory_gib'][c]:.1f}" for c in MEMORY_COMPONENTS),
                     f"{st['memory_total_gib']:.1f}")
     console.print(mem)
+    console.print(memory_bars(est, width=min(60, console.width - 40)))
     console.print(sentence, highlight=False)

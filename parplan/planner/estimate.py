@@ -168,6 +168,11 @@ class Evaluation:
     patterns: dict[str, np.ndarray]
     time_per_microbatch: np.ndarray
     """(N, K) seconds of one micro-batch (forward + backward) per rank pattern."""
+    time_forward: np.ndarray
+    """(N, K) forward seconds of one micro-batch per rank pattern (critical path, communication included)."""
+    time_backward: np.ndarray
+    time_wgrad: np.ndarray
+    """(N, K) the weight-gradient GEMM part of time_backward (what zero-bubble schedules defer)."""
 
     def __len__(self) -> int:
         return len(self.step_time_s)
@@ -399,7 +404,8 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, br
         model=model, cluster=cluster, layouts=lay, step_time_s=step, tokens_per_s_per_gpu=tokens_per_s_per_gpu,
         mfu=mfu, hfu=hfu, memory_gib=peak, required_gib=required, fits=required <= cluster.gpu.hbm_gib,
         time_exposed=exposed, time_total=total, memory_by_rank=mem_gib, patterns=pat,
-        time_per_microbatch=np.where(real, t_f + t_b, 0.0),
+        time_per_microbatch=np.where(real, t_f + t_b, 0.0), time_forward=np.where(real, t_f, 0.0),
+        time_backward=np.where(real, t_b, 0.0), time_wgrad=np.where(real, t_w, 0.0),
     )
 
 
@@ -453,6 +459,9 @@ class Estimate:
                 "embedding": bool(ev.patterns["embedding"][i, j]),
                 "head": bool(ev.patterns["head"][i, j]),
                 "microbatch_s": float(ev.time_per_microbatch[i, j]),
+                "forward_s": float(ev.time_forward[i, j]),
+                "backward_s": float(ev.time_backward[i, j]),
+                "wgrad_s": float(ev.time_wgrad[i, j]),
                 "memory_gib": {c: float(ev.memory_by_rank[c][i, j]) for c in MEMORY_COMPONENTS},
                 "memory_total_gib": sum(float(ev.memory_by_rank[c][i, j]) for c in MEMORY_COMPONENTS),
             })

@@ -1,0 +1,74 @@
+"""`parplan scale`: speedup and efficiency of the best layout across cluster sizes."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from parplan.cli._options import ClusterOpt, JsonOpt, ModelOpt, SeqOpt
+from parplan.cli._output import console, print_json
+from parplan.cli.explain import layout_text
+from parplan.errors import NoFeasiblePlanError
+from parplan.hardware import load_cluster
+from parplan.models import load_model
+from parplan.planner.api import space_from_options
+from parplan.planner.scaling import scale, thresholds
+from parplan.planner.search import gpu_counts
+from parplan.plots import plot_scaling
+
+
+def _short(sentence: str) -> str:
+    """The bottleneck sentence up to its first clause, for a table cell."""
+    return sentence.split(";")[0].split(":")[0]
+
+
+def scale_command(
+    model: ModelOpt,
+    cluster: ClusterOpt,
+    gpus: Annotated[str, typer.Option("--gpus", "-n", help="Counts: a list (8,16,64) or powers of two (8..4096).")],
+    gbs: Annotated[int, typer.Option(min=1, help="Global batch (sequences); with --weak, at the smallest count.")],
+    seq: SeqOpt = 4096,
+    weak: Annotated[bool, typer.Option("--weak", help="Grow the batch with the GPU count (weak scaling).")] = False,
+    precision: Annotated[str, typer.Option(help="bf16, fp8 or bf16,fp8.")] = "bf16",
+    max_memory_fraction: Annotated[float, typer.Option(min=0.1, max=1.0)] = 1.0,
+    plot: Annotated[str | None, typer.Option(help="Write speedup and efficiency curves to this PNG.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Best layout at each GPU count; speedup and efficiency relative to the smallest count that fits."""
+    try:
+        counts = gpu_counts(gpus)
+    except ValueError:
+        raise typer.BadParameter("expected a list N,M or a range N..M", param_hint="--gpus") from None
+    space = space_from_options(precision=precision, max_memory_fraction=max_memory_fraction)
+    model_spec, base = load_model(model), load_cluster(cluster)
+    points = scale(model_spec, base, counts, gbs=gbs, seq=seq, weak=weak, space=space)
+    fitted = [p for p in points if p.best is not None]
+    if not fitted:
+        raise NoFeasiblePlanError(f"no layout of {model_spec.name} fits at any of {counts} GPUs of {base.name}")
+    marks = thresholds(points)
+    rows = [p.as_dict() for p in points]
+    if plot:
+        plot_scaling([r for r in rows if r["fits"]], plot,
+                     f"{model_spec.name} on {base.name}, {'weak' if weak else 'strong'} scaling, seq {seq}")
+    if json_out:
+        print_json({"rows": rows, "below_90_percent_at": marks[0.9], "below_70_percent_at": marks[0.7]})
+        return
+    table = Table(title=f"{model_spec.name} on {base.name}: {'weak' if weak else 'strong'} scaling "
+                        f"(gbs {gbs}{' at the smallest count' if weak else ''}, seq {seq})", title_justify="left")
+    for col in ("GPUs", "tokens/s", "tok/s/GPU", "speedup", "ideal", "efficiency", "layout", "bottleneck"):
+        table.add_column(col, justify="left" if col in ("layout", "bottleneck") else "right")
+    for p in points:
+        if p.best is None:
+            table.add_row(str(p.gpus), "-", "-", "-", "-", "-", "does not fit", "")
+            continue
+        table.add_row(str(p.gpus), f"{p.best.tokens_per_s:,.0f}", f"{p.best.tokens_per_s_per_gpu:,.1f}",
+                      f"{p.speedup:.2f}×", f"{p.ideal:.0f}×", f"{p.efficiency:.0%}",
+                      layout_text(p.best.strategy, p.gpus), _short(p.bottleneck))
+    console.print(table)
+    words = [f"falls below {label} at {marks[level]} GPUs" if marks[level] else f"stays above {label}"
+             for level, label in ((0.9, "90%"), (0.7, "70%"))]
+    console.print(f"Efficiency {words[0]} and {words[1]} (relative to {fitted[0].gpus} GPUs).", highlight=False)
+    if plot:
+        console.print(f"wrote {plot}", highlight=False, markup=False)
