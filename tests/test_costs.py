@@ -204,7 +204,7 @@ def test_scalar_and_vectorised_paths_agree():
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4]), mbs=st.sampled_from([1, 2]),
-       recompute=st.sampled_from(["none", "selective", "full"]), seq=st.sampled_from([2048, 4096]))
+       recompute=st.sampled_from(["none", "selective", "modules", "full"]), seq=st.sampled_from([2048, 4096]))
 def test_raising_zero_never_raises_memory(tp, pp, mbs, recompute, seq):
     model, cluster = load_model("llama3.1-8b"), load_cluster("h100", gpus=64)
     mems = []
@@ -221,12 +221,13 @@ def test_raising_zero_never_raises_memory(tp, pp, mbs, recompute, seq):
 def test_adding_recompute_never_lowers_step_time(tp, pp, zero, flash, cp):
     model, cluster = load_model("qwen3-8b"), load_cluster("a100-80gb", gpus=64)
     times = []
-    for recompute in ("none", "selective", "full"):
+    for recompute in ("none", "selective", "modules", "full"):
         s = Strategy(tp=tp, pp=pp, zero=zero, cp=cp, recompute=recompute, gbs=128, seq=4096,
                      flash_attention=flash or cp > 1)
         s.check(model, cluster)
         times.append(evaluate(model, cluster, s).step_time_s)
-    assert times[0] <= times[1] + 1e-12 <= times[2] + 2e-12
+    # The search's dominance pruning relies on this order (search._DOMINANCE).
+    assert all(a <= b + 1e-12 for a, b in itertools.pairwise(times))
 
 
 @pytest.mark.parametrize("name", ["llama3.1-8b", "mixtral-8x7b", "deepseek-v3", "gpt-oss-120b", "qwen3-30b-a3b"])

@@ -31,6 +31,9 @@ def brute_force(model, cluster, gbs, seq, space: SearchSpace):
         "vpp": space.vpp or range(1, model.layers + 1), "zero": space.zero,
         "sp": space.sp, "recompute": space.recompute, "mbs": space.mbs or _divisors(gbs), "schedule": space.schedule,
         "precision": space.precision, "tp_overlap": space.tp_overlap,
+        "dispatch": space.dispatch if model.moe else ("alltoall",),
+        "redundant_experts": space.redundant_experts if model.moe else (0,),
+        "ep_overlap": space.ep_overlap if model.moe else (False,),
     }
     seen = set()
     for combo in itertools.product(*values.values()):
@@ -69,7 +72,7 @@ def test_plan_is_exhaustive_against_brute_force(name, gpus, gbs, seq):
 def test_moe_space_against_brute_force():
     model, cluster = load_model("qwen1.5-moe-a2.7b"), load_cluster("h100", gpus=16)
     space = SearchSpace(tp=(1, 2), pp=(1, 2), cp=(1,), ep=(1, 2, 4), etp=(1, 2), zero=(1,), recompute=("none",),
-                        schedule=("1f1b", "dualpipe"), vpp=(1,), mbs=(1, 2))
+                        schedule=("1f1b", "dualpipe", "interleaved"), vpp=(1, 2), mbs=(1, 2))
     best, count = brute_force(model, cluster, 64, 4096, space)
     result = plan(model, cluster, gbs=64, seq=4096, space=space)
     assert result.evaluated == count

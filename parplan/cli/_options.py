@@ -11,3 +11,5 @@ ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Preset name, HF co
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Cluster preset or cluster YAML file.")]
 GpusOpt = Annotated[int, typer.Option("--gpus", "-n", min=1, help="Total GPUs in the job.")]
 SeqOpt = Annotated[int, typer.Option("--seq", min=1, help="Sequence length, tokens.")]
+ExpertLoadOpt = Annotated[str | None, typer.Option(
+    help="Router load: uniform (default), zipf[:exponent] or a per-expert counts file (CSV/JSON/YAML).")]

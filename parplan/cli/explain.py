@@ -7,14 +7,16 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from parplan.cli._options import ClusterOpt, GpusOpt, JsonOpt, ModelOpt, SeqOpt
+from parplan.cli._options import ClusterOpt, ExpertLoadOpt, GpusOpt, JsonOpt, ModelOpt, SeqOpt
 from parplan.cli._output import console, kv_table, print_json
 from parplan.hardware import load_cluster
 from parplan.models import load_model
 from parplan.planner.estimate import MEMORY_COMPONENTS, TIME_COMPONENTS, Estimate, evaluate
 from parplan.planner.explain import bottleneck
-from parplan.planner.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, Strategy
+from parplan.planner.moe import MoESection, moe_section
+from parplan.planner.strategy import DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES, Strategy
 from parplan.planner.timeline import Timeline, render, simulate
+from parplan.planner.workload import parse_expert_load
 from parplan.plots import memory_bars, plot_estimate
 
 
@@ -46,6 +48,13 @@ def explain(
     attention: Annotated[str, typer.Option(help="flash or unfused (materialised s×s scores).")] = "flash",
     tp_overlap: Annotated[bool, typer.Option("--tp-overlap/--no-tp-overlap",
                                              help="Overlap TP communication (--tp-comm-overlap).")] = False,
+    dispatch: Annotated[str, typer.Option(help="MoE token dispatch: alltoall, deepep or deepep-fp8.")] = "alltoall",
+    redundant_experts: Annotated[int, typer.Option(
+        min=0, help="EPLB redundant expert slots per MoE layer (a multiple of ep).")] = 0,
+    ep_overlap: Annotated[bool, typer.Option(
+        "--ep-overlap/--no-ep-overlap",
+        help="Overlap the EP all-to-all with another micro-batch (--overlap-moe-expert-parallel-comm).")] = False,
+    expert_load: ExpertLoadOpt = None,
     timeline: Annotated[bool, typer.Option("--timeline", help="Draw the pipeline schedule.")] = False,
     plot: Annotated[str | None, typer.Option(help="Write time and memory charts to this PNG (parplan[plot]).")]
     = None,
@@ -55,18 +64,22 @@ def explain(
     _choice(recompute, RECOMPUTE, "recompute")
     _choice(precision, PRECISIONS, "precision")
     _choice(attention, ("flash", "unfused"), "attention")
+    _choice(dispatch, DISPATCHERS, "dispatch")
     if schedule is not None:
         _choice(schedule, SCHEDULES, "schedule")
     model_spec = load_model(model)
     cluster_spec = load_cluster(cluster, gpus=gpus)
+    workload = parse_expert_load(expert_load, model_spec)
     dp = max(1, gpus // (tp * pp * cp))
     strategy = Strategy(
         tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, sp=sp, recompute=recompute, mbs=mbs,
         gbs=gbs if gbs is not None else dp * mbs, seq=seq,
         schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"), precision=precision,
-        flash_attention=attention == "flash", tp_overlap=tp_overlap,
+        flash_attention=attention == "flash", tp_overlap=tp_overlap, dispatch=dispatch,
+        redundant_experts=redundant_experts, ep_overlap=ep_overlap,
     )
-    est = evaluate(model_spec, cluster_spec, strategy)
+    est = evaluate(model_spec, cluster_spec, strategy, workload=workload)
+    moe = moe_section(model_spec, cluster_spec, est, workload)
     sentence = bottleneck(est, cluster_spec)
     if plot:
         plot_estimate(est, plot)
@@ -75,13 +88,14 @@ def explain(
         doc["model_source"] = model
         doc["cluster_source"] = cluster
         doc["bottleneck"] = sentence
+        doc["moe"] = moe.as_dict() if moe else None
         if timeline:
             tl = schedule_timeline(est)
             doc["timeline"] = {"makespan_s": tl.makespan, "bubble_s": tl.bubble,
                                "bubble_fraction": tl.bubble_fraction} if tl else None
         print_json(doc)
         return
-    show_estimate(est, sentence)
+    show_estimate(est, sentence, moe)
     if timeline:
         tl = schedule_timeline(est)
         if tl is None:
@@ -118,10 +132,16 @@ def layout_text(s: Strategy, gpus: int) -> str:
         parts.append("unfused-attention")
     if s.tp_overlap:
         parts.append("tp-overlap")
+    if s.dispatch != "alltoall":
+        parts.append(s.dispatch)
+    if s.redundant_experts:
+        parts.append(f"redundant-experts={s.redundant_experts}")
+    if s.ep_overlap:
+        parts.append("ep-overlap")
     return " ".join(parts)
 
 
-def show_estimate(est: Estimate, sentence: str) -> None:
+def show_estimate(est: Estimate, sentence: str, moe: MoESection | None = None) -> None:
     """Rich tables for one estimate."""
     console.print(kv_table(
         f"{est.model} on {est.gpus}× {est.cluster}",
@@ -144,6 +164,8 @@ def show_estimate(est: Estimate, sentence: str) -> None:
         time.add_row(name.replace("_", " "), f"{row['seconds']:.3f}", f"{row['exposed']:.3f}",
                      f"{row['overlapped']:.3f}", f"{row['exposed'] / est.step_time_s:.1%}")
     console.print(time)
+    if moe is not None:
+        console.print(moe_table(moe))
     mem = Table(title="Memory per pipeline rank, GiB", title_justify="left")
     mem.add_column("ranks")
     mem.add_column("layers", justify="right")
@@ -160,3 +182,24 @@ def show_estimate(est: Estimate, sentence: str) -> None:
     console.print(mem)
     console.print(memory_bars(est, width=min(60, console.width - 40)))
     console.print(sentence, highlight=False)
+
+
+def moe_table(moe: MoESection) -> Table:
+    """The MoE section: all-to-all inside and across nodes, imbalance, expert GEMM efficiency, replicas."""
+    span = f"{moe.ep_nodes} node{'s' if moe.ep_nodes > 1 else ''}"
+    limit = (f"; node-limited routing: at most {moe.max_nodes_per_token} nodes per token"
+             if moe.max_nodes_per_token else "")
+    rows = [
+        ("expert grid", f"ep={moe.ep} etp={moe.etp} over {span}, {moe.expert_slots_per_gpu:g} expert slots per GPU"),
+        ("dispatch", f"{moe.dispatch}: {moe.dispatch_intra_mib:,.1f} MiB over NVLink + {moe.dispatch_inter_mib:,.1f} "
+                     f"MiB over the NIC per GPU per layer and micro-batch ({moe.inter_node_share:.0%} leaves the "
+                     f"node); combine {moe.combine_intra_mib:,.1f} + {moe.combine_inter_mib:,.1f} MiB"),
+        ("routing", f"{moe.remote_nodes_per_token:.2f} other nodes per token on average{limit}"),
+        ("all-to-all", f"{moe.a2a_step_seconds:.3f} s per step on the wire, {moe.a2a_exposed_seconds:.3f} s exposed"),
+        ("imbalance", f"max/mean GPU load {moe.imbalance_without_eplb:.2f} without EPLB, {moe.imbalance:.2f} with "
+                      f"this layout ({moe.workload} load)"),
+        ("expert GEMMs", f"{moe.tokens_per_expert:,.0f} rows per expert: {moe.expert_gemm_tflops:,.0f} TFLOP/s, "
+                         f"{moe.expert_gemm_efficiency:.0%} of peak (other GEMMs {moe.dense_gemm_efficiency:.0%})"),
+        ("replica memory", f"{moe.replica_memory_gib:.2f} GiB for the redundant experts"),
+    ]
+    return kv_table("Mixture of experts (per MoE layer and micro-batch unless noted)", rows)

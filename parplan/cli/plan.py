@@ -10,7 +10,7 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from parplan.cli._options import ClusterOpt, JsonOpt, ModelOpt, SeqOpt
+from parplan.cli._options import ClusterOpt, ExpertLoadOpt, JsonOpt, ModelOpt, SeqOpt
 from parplan.cli._output import console, err_console, print_json, print_text
 from parplan.cli.explain import layout_text
 from parplan.errors import ConfigError, NoFeasiblePlanError
@@ -21,6 +21,7 @@ from parplan.planner.api import space_from_options, why_better
 from parplan.planner.estimate import Estimate
 from parplan.planner.search import OBJECTIVES, PlanResult, gpu_counts, plan_or_raise
 from parplan.planner.strategy import Layouts, Strategy
+from parplan.planner.workload import parse_expert_load
 
 IntSpec = Annotated[str | None, typer.Option(help="A value, a list (1,2,4) or a range (1..16).")]
 
@@ -45,7 +46,7 @@ def _progress_callback():
     return update, close
 
 
-def _explain_command(est: Estimate, model: str, cluster: str) -> str:
+def _explain_command(est: Estimate, model: str, cluster: str, expert_load: str | None) -> str:
     s = est.strategy
     parts = [f"parplan explain --model {model} --cluster {cluster} --gpus {est.gpus}", f"--tp {s.tp} --pp {s.pp}"]
     for name in ("cp", "ep", "etp", "vpp"):
@@ -55,20 +56,37 @@ def _explain_command(est: Estimate, model: str, cluster: str) -> str:
     parts.append(f"--mbs {s.mbs} --gbs {s.gbs} --seq {s.seq} --schedule {s.schedule} --precision {s.precision}")
     if s.tp_overlap:
         parts.append("--tp-overlap")
+    if s.dispatch != "alltoall":
+        parts.append(f"--dispatch {s.dispatch}")
+    if s.redundant_experts:
+        parts.append(f"--redundant-experts {s.redundant_experts}")
+    if s.ep_overlap:
+        parts.append("--ep-overlap")
+    if expert_load:
+        parts.append(f"--expert-load {expert_load}")
     return " ".join(parts)
 
 
-def _plans_table(result: PlanResult, title: str) -> Table:
+def _moe_cell(s: Strategy) -> str:
+    """Expert-parallel settings beyond ep, compactly: etp, dispatcher, EP overlap, redundant experts."""
+    parts = ([f"etp{s.etp}"] if s.etp > 1 else []) + [s.dispatch] + (["+ovl"] if s.ep_overlap else [])
+    return " ".join(parts + ([f"R{s.redundant_experts}"] if s.redundant_experts else []))
+
+
+def _plans_table(result: PlanResult, title: str, moe: bool) -> Table:
     table = Table(title=title, title_justify="left")
-    for col in ("#", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sp", "recompute", "mbs", "schedule", "prec",
-                "tok/s/GPU", "MFU", "step s", "mem GiB"):
-        table.add_column(col, justify="right" if col not in ("recompute", "schedule", "prec", "sp") else "left")
+    cols = ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sp", "recompute", "mbs", "schedule", "prec"]
+    cols += (["experts"] if moe else []) + ["tok/s/GPU", "MFU", "step s", "mem GiB"]
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("recompute", "schedule", "prec", "sp", "experts") else "right")
     for i, e in enumerate(result.plans, 1):
         s = e.strategy
-        table.add_row(str(i), str(s.tp), str(s.pp), str(s.dp(e.gpus)), str(s.cp), str(s.ep), str(s.vpp), str(s.zero),
-                      "on" if s.sp else "off", s.recompute, str(s.mbs), s.schedule + (" +ovl" if s.tp_overlap else ""),
-                      s.precision, f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.mfu:.1%}", f"{e.step_time_s:.2f}",
-                      f"{e.required_gib:.1f}/{e.capacity_gib:g}")
+        row = [str(i), str(s.tp), str(s.pp), str(s.dp(e.gpus)), str(s.cp), str(s.ep), str(s.vpp), str(s.zero),
+               "on" if s.sp else "off", s.recompute, str(s.mbs), s.schedule + (" +ovl" if s.tp_overlap else ""),
+               s.precision]
+        row += ([_moe_cell(s)] if moe else []) + [f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.mfu:.1%}",
+                                                 f"{e.step_time_s:.2f}", f"{e.required_gib:.1f}/{e.capacity_gib:g}"]
+        table.add_row(*row)
     return table
 
 
@@ -99,6 +117,11 @@ def plan_command(
     recompute: Annotated[str | None, typer.Option(help="Allowed: none,selective,full (default all).")] = None,
     schedule: Annotated[str | None, typer.Option(help="Allowed schedules, e.g. 1f1b,interleaved.")] = None,
     precision: Annotated[str, typer.Option(help="bf16, fp8 or bf16,fp8.")] = "bf16",
+    dispatch: Annotated[str | None, typer.Option(
+        help="MoE dispatchers to consider: alltoall,deepep,deepep-fp8 (default all).")] = None,
+    redundant_experts: IntSpec = None,
+    ep_overlap: Annotated[str | None, typer.Option(help="EP all-to-all overlap: on, off (default: both).")] = None,
+    expert_load: ExpertLoadOpt = None,
     max_memory_fraction: Annotated[float, typer.Option(min=0.1, max=1.0,
                                                        help="Use at most this share of GPU memory.")] = 1.0,
     objective: Annotated[str, typer.Option(help="throughput, memory or cost.")] = "throughput",
@@ -125,8 +148,11 @@ def plan_command(
         raise typer.BadParameter("no GPU count in the range", param_hint="--gpus")
     space = space_from_options(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs, max_tp=max_tp,
                                max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, sp=sp, recompute=recompute,
-                               schedule=schedule, precision=precision, max_memory_fraction=max_memory_fraction)
+                               schedule=schedule, precision=precision, dispatch=dispatch,
+                               redundant_experts=redundant_experts, ep_overlap=ep_overlap,
+                               max_memory_fraction=max_memory_fraction)
     model_spec = load_model(model)
+    workload = parse_expert_load(expert_load, model_spec)
     base = load_cluster(cluster)
     if "fp8" in space.precision and not base.gpu.supports_fp8:
         raise ConfigError(f"{base.gpu.name} has no fp8 tensor cores; use --precision bf16", field="precision")
@@ -145,7 +171,7 @@ def plan_command(
             try:
                 result = plan_or_raise(model_spec, base.with_gpus(n), gbs=gbs, seq=seq, space=space,
                                        objective=objective, top=top, within=within, progress=update,
-                                       layout_filter=layout_filter)
+                                       layout_filter=layout_filter, workload=workload)
             except NoFeasiblePlanError as e:
                 if len(counts) == 1:
                     raise
@@ -163,7 +189,8 @@ def plan_command(
         best = results[-1][1].plans[0] if len(results) > 1 else results[0][1].plans[0]
         launch = export(model_spec, base.with_gpus(best.gpus), best.strategy, emit)
     if len(results) == 1:
-        _show_single(results[0][1], model, cluster, tokens, json_out, sources, launch)
+        _show_single(results[0][1], model, cluster, tokens, json_out, sources, launch, expert_load,
+                     model_spec.moe is not None)
     else:
         _show_sizes(results, tokens, days, json_out, sources)
         if launch is not None and not json_out:
@@ -175,7 +202,7 @@ def _days(tokens: float, est: Estimate) -> float:
 
 
 def _show_single(result: PlanResult, model: str, cluster: str, tokens: float | None, json_out: bool,
-                 sources: dict[str, str], launch: Launch | None) -> None:
+                 sources: dict[str, str], launch: Launch | None, expert_load: str | None, moe: bool) -> None:
     best = result.plans[0]
     if json_out:
         doc = _plan_doc(result, sources)
@@ -188,14 +215,14 @@ def _show_single(result: PlanResult, model: str, cluster: str, tokens: float | N
         return
     console.print(_plans_table(result, f"Best layouts of {best.model} on {best.gpus}× {best.cluster} "
                                        f"({result.evaluated:,} valid layouts, {result.feasible:,} fit, "
-                                       f"{result.search_seconds:.2f} s)"))
+                                       f"{result.search_seconds:.2f} s)", moe))
     if len(result.plans) > 1:
         console.print(why_better(best, result.plans[1]), highlight=False)
     if tokens:
         console.print(f"{tokens:.3g} tokens take {_days(tokens, best):.1f} days "
                       f"({tokens / best.tokens_per_s_per_gpu / 3600:,.0f} GPU-hours).", highlight=False)
     console.print("Inspect it with:", highlight=False)
-    console.print(f"  {_explain_command(best, model, cluster)}", highlight=False, soft_wrap=True)
+    console.print(f"  {_explain_command(best, model, cluster, expert_load)}", highlight=False, soft_wrap=True)
     if launch is not None:
         print_text(launch.text)
 

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from parplan.cli._options import ClusterOpt, JsonOpt, ModelOpt, SeqOpt
+from parplan.cli._options import ClusterOpt, ExpertLoadOpt, JsonOpt, ModelOpt, SeqOpt
 from parplan.cli._output import console, print_json
 from parplan.cli.explain import layout_text
 from parplan.errors import NoFeasiblePlanError
@@ -16,6 +16,7 @@ from parplan.models import load_model
 from parplan.planner.api import space_from_options
 from parplan.planner.scaling import scale, thresholds
 from parplan.planner.search import gpu_counts
+from parplan.planner.workload import parse_expert_load
 from parplan.plots import plot_scaling
 
 
@@ -33,6 +34,7 @@ def scale_command(
     weak: Annotated[bool, typer.Option("--weak", help="Grow the batch with the GPU count (weak scaling).")] = False,
     precision: Annotated[str, typer.Option(help="bf16, fp8 or bf16,fp8.")] = "bf16",
     max_memory_fraction: Annotated[float, typer.Option(min=0.1, max=1.0)] = 1.0,
+    expert_load: ExpertLoadOpt = None,
     plot: Annotated[str | None, typer.Option(help="Write speedup and efficiency curves to this PNG.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -43,7 +45,8 @@ def scale_command(
         raise typer.BadParameter("expected a list N,M or a range N..M", param_hint="--gpus") from None
     space = space_from_options(precision=precision, max_memory_fraction=max_memory_fraction)
     model_spec, base = load_model(model), load_cluster(cluster)
-    points = scale(model_spec, base, counts, gbs=gbs, seq=seq, weak=weak, space=space)
+    points = scale(model_spec, base, counts, gbs=gbs, seq=seq, weak=weak, space=space,
+                   workload=parse_expert_load(expert_load, model_spec))
     fitted = [p for p in points if p.best is not None]
     if not fitted:
         raise NoFeasiblePlanError(f"no layout of {model_spec.name} fits at any of {counts} GPUs of {base.name}")

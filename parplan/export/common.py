@@ -15,7 +15,7 @@ import numpy as np
 
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
-from parplan.planner.strategy import SCHEDULES, Layouts, Strategy
+from parplan.planner.strategy import DISPATCHERS, RECOMPUTE, SCHEDULES, Layouts, Strategy
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,19 @@ class Support:
     need it must then pass everything."""
     why: Callable[[Strategy], str]
     """Reason shown for a layout that fails `ok`."""
+
+
+def is_dispatch(lay: Layouts, *names: str) -> np.ndarray:
+    """True where the layout uses one of the named MoE dispatchers."""
+    return np.isin(lay.dispatch, [DISPATCHERS.index(n) for n in names])
+
+
+def is_recompute(lay: Layouts, *names: str) -> np.ndarray:
+    return np.isin(lay.recompute, [RECOMPUTE.index(n) for n in names])
+
+
+NO_REDUNDANT_EXPERTS_WHY = ("redundant experts (EPLB replicas) exist in DeepSeek's own training stack and in "
+                            "inference engines; {name} trains each expert once: set redundant_experts 0")
 
 
 def is_schedule(lay: Layouts, *names: str) -> np.ndarray:

@@ -14,7 +14,17 @@ import json
 
 import numpy as np
 
-from parplan.export.common import Flag, Launch, Support, describe, is_schedule, shell_array
+from parplan.export.common import (
+    NO_REDUNDANT_EXPERTS_WHY,
+    Flag,
+    Launch,
+    Support,
+    describe,
+    is_dispatch,
+    is_recompute,
+    is_schedule,
+    shell_array,
+)
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
 from parplan.planner.strategy import Layouts, Strategy
@@ -58,6 +68,13 @@ RULES: tuple[Support, ...] = (
     Support("moe_without_pp", _dense_or_pp1,
             lambda s: f"Megatron-DeepSpeed does not support pipeline parallelism for MoE models (pp={s.pp}); "
                       f"use pp=1"),
+    Support("alltoall_dispatch", lambda lay, m: is_dispatch(lay, "alltoall") & ~lay.ep_overlap,
+            lambda s: "DeepSpeed MoE dispatches with a plain all-to-all and does not overlap it with another "
+                      "micro-batch: use dispatch alltoall without ep_overlap"),
+    Support("no_module_recompute", lambda lay, m: ~is_recompute(lay, "modules"),
+            lambda s: "Megatron-DeepSpeed has no --recompute-modules; use recompute selective or full"),
+    Support("no_redundant_experts", lambda lay, m: lay.redundant_experts == 0,
+            lambda s: NO_REDUNDANT_EXPERTS_WHY.format(name="DeepSpeed")),
 )
 
 

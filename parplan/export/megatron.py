@@ -10,7 +10,16 @@ t layer, m MTP layer, L loss, `|` between virtual stages, `x*n` repeats) from
 
 from __future__ import annotations
 
-from parplan.export.common import Flag, Launch, Support, describe, is_schedule, shell_array
+from parplan.export.common import (
+    NO_REDUNDANT_EXPERTS_WHY,
+    Flag,
+    Launch,
+    Support,
+    describe,
+    is_dispatch,
+    is_schedule,
+    shell_array,
+)
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
 from parplan.planner.schedule import virtual_stage_layers
@@ -30,6 +39,10 @@ RULES: tuple[Support, ...] = (
             lambda s: f"zero={s.zero} maps to Megatron-FSDP (--use-megatron-fsdp), which cannot be combined with "
                       f"pipeline parallelism (pp={s.pp}); use zero 0/1 (1 = --use-distributed-optimizer) with "
                       f"pp > 1, or pp = 1"),
+    Support("no_fp8_dispatch", lambda lay, m: ~is_dispatch(lay, "deepep-fp8"),
+            lambda s: "Megatron's flex dispatcher sends bf16 tokens through DeepEP; use dispatch deepep"),
+    Support("no_redundant_experts", lambda lay, m: lay.redundant_experts == 0,
+            lambda s: NO_REDUNDANT_EXPERTS_WHY.format(name="Megatron-LM")),
 )
 
 # ZeRO stage -> Megatron-FSDP sharding strategy (ecosystem.md A2: --data-parallel-sharding-strategy).
@@ -101,9 +114,15 @@ def _parallel(model: ModelSpec, s: Strategy) -> list[Flag]:
         flags.append(("--overlap-param-gather",))
     if s.recompute == "selective":
         flags.append(("--recompute-granularity", "selective"))
+    elif s.recompute == "modules":
+        modules = ["core_attn", "layernorm"] + (["moe_act"] if model.moe else []) + (
+            ["mla_up_proj"] if model.attention.mla else [])
+        flags += [("--recompute-granularity", "selective"), ("--recompute-modules", *modules)]
     elif s.recompute == "full":
         flags += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                   ("--recompute-num-layers", "1")]
+    if s.ep_overlap:
+        flags.append(("--overlap-moe-expert-parallel-comm",))
     return flags
 
 
@@ -185,8 +204,12 @@ def _model(model: ModelSpec, s: Strategy) -> tuple[list[Flag], list[str]]:
         if moe.shared_experts:
             # Megatron builds the shared experts as one MLP of width n_shared x size.
             flags.append(("--moe-shared-expert-intermediate-size", str(moe.shared_experts * moe.shared_ffn)))
-        flags += [("--moe-layer-freq", _moe_layer_freq(moe.layers)), ("--moe-grouped-gemm",),
-                  ("--moe-token-dispatcher-type", "alltoall")]
+        flags += [("--moe-layer-freq", _moe_layer_freq(moe.layers)), ("--moe-grouped-gemm",)]
+        if s.dispatch == "deepep":
+            flags += [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
+            notes.append("releases before core_v0.15 spell the DeepEP backend --moe-enable-deepep")
+        else:
+            flags.append(("--moe-token-dispatcher-type", "alltoall"))
         if moe.n_group > 1:
             flags += [("--moe-router-num-groups", str(moe.n_group)),
                       ("--moe-router-group-topk", str(moe.topk_group))]

@@ -13,7 +13,15 @@ import json
 
 import numpy as np
 
-from parplan.export.common import Launch, Support, describe, is_schedule
+from parplan.export.common import (
+    NO_REDUNDANT_EXPERTS_WHY,
+    Launch,
+    Support,
+    describe,
+    is_dispatch,
+    is_recompute,
+    is_schedule,
+)
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
 from parplan.planner.schedule import virtual_stage_layers
@@ -73,6 +81,16 @@ RULES: tuple[Support, ...] = (
     Support("etp_1_or_tp", lambda lay, m: (lay.etp == 1) | (lay.etp == lay.tp),
             lambda s: f"torchtitan supports expert tensor parallelism of 1 or tp={s.tp} only, got etp={s.etp}"),
     Support("ep_mesh", _ep_mesh_ok, _ep_mesh_why),
+    Support("no_fp8_dispatch", lambda lay, m: ~is_dispatch(lay, "deepep-fp8"),
+            lambda s: "torchtitan's DeepEP backend dispatches bf16 tokens; use dispatch deepep"),
+    Support("no_ep_overlap_flag", lambda lay, m: ~lay.ep_overlap,
+            lambda s: "torchtitan overlaps the EP all-to-all only inside DualPipeV (schedule dualpipev), with no "
+                      "separate switch: set ep_overlap off"),
+    Support("no_module_recompute", lambda lay, m: ~is_recompute(lay, "modules"),
+            lambda s: "torchtitan's activation checkpointing is none, selective (per op or per layer) or full; "
+                      "Megatron's module recompute has no equivalent"),
+    Support("no_redundant_experts", lambda lay, m: lay.redundant_experts == 0,
+            lambda s: NO_REDUNDANT_EXPERTS_WHY.format(name="torchtitan")),
 )
 
 
@@ -136,6 +154,8 @@ def job(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> dict[str, dict[s
     if model.moe:
         par["expert_parallel_degree"] = s.ep
         par["expert_tensor_parallel_degree"] = s.etp
+        if s.dispatch == "deepep":
+            par["expert_parallel_comm_backend"] = "deepep"
     sections: dict[str, dict[str, object]] = {
         "model": model_keys,
         "training": {"local_batch_size": _local_batch(cluster, s), "global_batch_size": s.gbs, "seq_len": s.seq},
@@ -163,6 +183,8 @@ def head_overrides(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> list[
     out.append(f"--parallelism.context_parallel_degree {s.cp}")
     if model.moe:
         out.append(f"--parallelism.expert_parallel_degree {s.ep}")
+        if s.dispatch == "deepep":
+            out.append("--parallelism.expert_parallel_comm_backend deepep")
     if s.tp_overlap:
         out += ["--compile.enable", "--compile.enable_async_tensor_parallel"]
     out += [f"--training.num_tokens_per_microbatch_per_dp_rank {_local_batch(cluster, s) * s.seq}",

@@ -10,7 +10,7 @@ from parplan.hardware import ClusterSpec, load_cluster
 from parplan.models import ModelSpec, load_model
 from parplan.planner.estimate import TIME_COMPONENTS, Estimate
 from parplan.planner.search import SearchSpace, plan_or_raise
-from parplan.planner.strategy import PRECISIONS, RECOMPUTE, SCHEDULES
+from parplan.planner.strategy import DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES
 
 
 def parse_int_spec(text: str | int | tuple[int, ...] | None, name: str) -> tuple[int, ...] | None:
@@ -48,7 +48,8 @@ def _cap(values: tuple[int, ...] | None, bound: int | None) -> tuple[int, ...] |
 
 def space_from_options(*, tp=None, pp=None, cp=None, ep=None, etp=None, vpp=None, zero=None, mbs=None, max_tp=None,
                        max_pp=None, max_cp=None, max_ep=None, sp=None, recompute=None, schedule=None,
-                       precision="bf16", max_memory_fraction: float = 1.0) -> SearchSpace:
+                       precision="bf16", dispatch=None, redundant_experts=None,
+                       ep_overlap=None, max_memory_fraction: float = 1.0) -> SearchSpace:
     """A SearchSpace from CLI-style values: ints, lists '1,2' or ranges '1..16', and max_* bounds."""
     fields: dict[str, object] = {
         "tp": _cap(parse_int_spec(tp, "tp"), max_tp), "pp": _cap(parse_int_spec(pp, "pp"), max_pp),
@@ -66,8 +67,15 @@ def space_from_options(*, tp=None, pp=None, cp=None, ep=None, etp=None, vpp=None
         if sp not in ("on", "off", True, False):
             raise ConfigError("expected on or off", field="sp")
         fields["sp"] = (sp in ("on", True),)
+    if ep_overlap is not None:
+        if ep_overlap not in ("on", "off", True, False):
+            raise ConfigError("expected on or off", field="ep_overlap")
+        fields["ep_overlap"] = (ep_overlap in ("on", True),)
+    r = parse_int_spec(redundant_experts, "redundant_experts")
+    if r is not None:
+        fields["redundant_experts"] = r
     for key, text, options in (("recompute", recompute, RECOMPUTE), ("schedule", schedule, SCHEDULES),
-                               ("precision", precision, PRECISIONS)):
+                               ("precision", precision, PRECISIONS), ("dispatch", dispatch, DISPATCHERS)):
         values = _choices(text, options, key)
         if values is not None:
             fields[key] = values

@@ -30,8 +30,10 @@ import numpy as np
 
 from parplan.hardware.efficiency import Collective, collective_time
 from parplan.models.spec import LayerKind
+from parplan.planner import experts
 from parplan.planner.context import ACT_BYTES, Ctx
 from parplan.planner.schedule import S_1F1B, S_DUALPIPE, S_DUALPIPEV, S_ZBH1
+from parplan.planner.strategy import DISPATCHERS
 
 GRAD_BYTES = 4
 """Gradients are reduced in fp32 (Megatron's main-grad buffer under bf16; torchtitan's default
@@ -128,25 +130,103 @@ def cp_layer(ctx: Ctx, attn_f: np.ndarray, attn_b: np.ndarray) -> tuple[Comm, Co
     return fwd, bwd
 
 
-def ep_layer(ctx: Ctx, overlap_window_f: np.ndarray, overlap_window_b: np.ndarray) -> tuple[Comm, Comm]:
-    """EP all-to-all of one MoE layer per micro-batch: dispatch and combine in each direction, each moving
-    the k routed copies of the rank's tokens, (ep−1)/ep of them to other ranks (formulas.md §4.4).
-    With etp > 1 the ETP group also gathers the routed tokens and reduce-scatters the expert outputs."""
+@dataclass(frozen=True, slots=True)
+class ExpertTraffic:
+    """Bytes one EP rank moves per MoE layer per micro-batch in one dispatch (or combine) of `bytes_per_elem`."""
+
+    inter_node: np.ndarray
+    """Over the NIC: every routed copy that leaves the node (alltoall), or one per remote node (DeepEP)."""
+    intra_node: np.ndarray
+    """Over NVLink: copies for other GPUs of the node, and DeepEP's forwarding inside the destination node."""
+
+
+def remote_nodes_per_token(ctx: Ctx) -> np.ndarray:
+    """Destination nodes other than its own a token's k copies reach (DeepEP sends one copy to each):
+    uniform routing over the EP group's nodes, capped by node-limited routing when the model's expert groups
+    map onto nodes (DeepSeek-V3: n_group 8, topk_group 4 → at most 4 nodes; formulas.md §4.4)."""
+    moe = ctx.model.moe
+    assert moe is not None
+    nodes, inverse = np.unique(ctx.ep_nodes.astype(np.int64), return_inverse=True)
+    values = []
+    for n in nodes:
+        n = int(n)
+        # The EP group holds all experts; with fewer experts than nodes the spread is the expert count.
+        r = experts.expected_remote_nodes(moe.experts, moe.top_k, n) if moe.experts % n == 0 else (
+            experts.remote_copies(moe.top_k, n))
+        if moe.n_group > 1 and moe.topk_group < moe.n_group:
+            cap = experts.max_nodes_per_token(moe.n_group, moe.topk_group, n)
+            r = min(r, experts.node_limited(moe.top_k, n, cap))
+        values.append(r)
+    return np.array(values)[inverse.ravel()]
+
+
+def expert_traffic(ctx: Ctx, bytes_per_elem: np.ndarray | float) -> ExpertTraffic:
+    """Per-rank bytes of one dispatch or combine (formulas.md §4.4): the busiest EP rank (straggler) moves
+    `straggler` times the average; k copies of each of the rank's tokens of `hidden` elements."""
+    moe = ctx.model.moe
+    assert moe is not None
+    tokens = ctx.tokens_moe * ctx.straggler
+    row = tokens * ctx.model.hidden * bytes_per_elem
+    e, g = ctx.e.astype(float), ctx.ep_domain
+    copies = row * moe.top_k
+    deepep = ctx.lay.dispatch != DISPATCHERS.index("alltoall")
+    alltoall_inter = copies * (e - g) / e
+    alltoall_intra = copies * (g - 1) / e
+    deepep_inter = row * np.where(ctx.ep_nodes > 1, remote_nodes_per_token(ctx), 0.0)
+    deepep_intra = copies * (e - 1) / e
+    return ExpertTraffic(inter_node=np.where(deepep, deepep_inter, alltoall_inter),
+                         intra_node=np.where(deepep, deepep_intra, alltoall_intra))
+
+
+def _a2a_time(ctx: Ctx, traffic: ExpertTraffic) -> np.ndarray:
+    latency = collective_time(ctx.cluster, Collective.ALL_TO_ALL, 0.0, ctx.e, ctx.ep_domain)
+    bw_in = _scaleup_bw(ctx)
+    return np.where(ctx.e > 1, latency + np.maximum(traffic.inter_node / (ctx.cluster.scaleout.busbw_gbps * 1e9),
+                                                    traffic.intra_node / bw_in), 0.0)
+
+
+def _scaleup_bw(ctx: Ctx) -> np.ndarray:
+    """NVLink bytes/s of one GPU in an all-to-all among `ep_domain` GPUs (a mesh subset gets its links only)."""
+    link = ctx.cluster.scaleup
+    bw = np.full(len(ctx.lay), link.busbw_gbps * 1e9)
+    if link.per_peer_gbps:
+        bw = bw * np.minimum(1.0, (ctx.ep_domain - 1) * link.per_peer_gbps / link.bandwidth_gbps)
+    return np.maximum(bw, 1.0)
+
+
+def ep_layer(ctx: Ctx, compute_f: np.ndarray, compute_b: np.ndarray, shared_f: np.ndarray,
+             shared_b: np.ndarray, wgrad: np.ndarray) -> tuple[Comm, Comm]:
+    """EP all-to-all of one MoE layer per micro-batch: dispatch and combine in each direction; with etp > 1
+    the ETP group also gathers the routed tokens and reduce-scatters the expert outputs.
+
+    What hides it, per schedule: DualPipe(V), and Megatron with --overlap-moe-expert-parallel-comm
+    (ep_overlap), run another micro-batch's layer meanwhile (the whole layer compute); otherwise ZB-H1 hides
+    the backward all-to-all behind the deferred weight-gradient GEMMs, and 1F1B/interleaved overlap only the
+    shared experts' GEMMs (--moe-shared-expert-overlap).
+    """
     moe = ctx.model.moe
     if moe is None:
         zero = np.zeros(len(ctx.lay))
         return Comm(zero, zero), Comm(zero, zero)
-    copies = ctx.tokens_moe * moe.top_k * ctx.model.hidden * ACT_BYTES
-    a2a = collective_time(ctx.cluster, Collective.ALL_TO_ALL, copies, ctx.e, ctx.ep_domain)
+    fp8 = ctx.lay.dispatch == DISPATCHERS.index("deepep-fp8")
+    dispatch_f = _a2a_time(ctx, expert_traffic(ctx, np.where(fp8, 1.0, ACT_BYTES)))
+    bf16 = _a2a_time(ctx, expert_traffic(ctx, float(ACT_BYTES)))
+    gathered = ctx.tokens_moe * ctx.straggler * moe.top_k * ctx.model.hidden * ACT_BYTES * ctx.et
     etp_dom = np.minimum(ctx.et, ctx.cluster.scaleup_domain).astype(float)
-    etp = (collective_time(ctx.cluster, Collective.ALL_GATHER, copies * ctx.et, ctx.et, etp_dom)
-           + collective_time(ctx.cluster, Collective.REDUCE_SCATTER, copies * ctx.et, ctx.et, etp_dom))
-    per_dir = 2 * a2a + etp
-    dual = (ctx.lay.schedule == S_DUALPIPE) | (ctx.lay.schedule == S_DUALPIPEV)  # paired micro-batch computes
-    cost = _cost(ctx, _in_domain(ctx.ep_domain, ctx.e))
-    fwd = Comm(per_dir, np.where(dual, _overlap(per_dir, overlap_window_f, cost), per_dir))
-    bwd = Comm(per_dir, np.where(dual, _overlap(per_dir, overlap_window_b, cost), per_dir))
-    return fwd, bwd
+    etp = (collective_time(ctx.cluster, Collective.ALL_GATHER, gathered, ctx.et, etp_dom)
+           + collective_time(ctx.cluster, Collective.REDUCE_SCATTER, gathered, ctx.et, etp_dom))
+    fwd_total = dispatch_f + bf16 + etp  # combine is bf16 (DeepSeek-V3 §3.3)
+    bwd_total = 2 * bf16 + etp  # gradients travel in bf16
+    sched = ctx.lay.schedule
+    paired = (sched == S_DUALPIPE) | (sched == S_DUALPIPEV) | ctx.lay.ep_overlap
+    window_f = np.where(paired, compute_f, shared_f)
+    window_b = np.where(paired, compute_b, np.where(sched == S_ZBH1, np.maximum(wgrad, shared_b), shared_b))
+    # DeepEP's kernels run on SMs (DeepSeek-V3 §3.2.2: 20 of the H800's 132 SMs) whether they feed NVLink or
+    # the NIC, so overlapping them slows compute as NVLink traffic does; NCCL's cross-node all-to-all mostly
+    # waits on the NIC.
+    cost = _cost(ctx, (ctx.ep_nodes <= 1) | (ctx.lay.dispatch != DISPATCHERS.index("alltoall")))
+    return (Comm(fwd_total, _overlap(fwd_total, window_f, cost)),
+            Comm(bwd_total, _overlap(bwd_total, window_b, cost)))
 
 
 def _p2p_one(ctx: Ctx) -> np.ndarray:

@@ -62,17 +62,19 @@ class LayerTime:
         return self.gemm_b + self.attn_b + self.elem_b
 
 
-def _gemm_shapes(ctx: Ctx, kind: LayerKind):
+def gemm_shapes(ctx: Ctx, kind: LayerKind):
     """(linear, M, N, K, count) per linear layer of a layer kind, after the parallel splits."""
     model, t, et, e = ctx.model, ctx.t, ctx.et, ctx.e
     out = []
     for lin in model.layer_linears(kind):
         count: np.ndarray | float = 1.0
         if lin.block is Block.EXPERTS:
-            # Uniform routing: each of the E/ep local experts gets ep·etp·T·k/E tokens (the ETP group
-            # gathers its tokens) and holds 1/etp of the expert's hidden width.
-            m = ctx.tokens_moe * et * e * lin.tokens_fraction
-            count = lin.instances / e
+            # Each of the (E + R)/ep local expert slots (R redundant EPLB copies) gets ep·etp·T·k/(E + R)
+            # tokens on average (the ETP group gathers its tokens) and holds 1/etp of the expert's width; the
+            # busiest EP rank, which every MoE layer waits for, gets `straggler` times the average.
+            slots = lin.instances + ctx.redundant
+            m = ctx.tokens_moe * et * e * lin.tokens_fraction * lin.instances / slots * ctx.straggler
+            count = slots / e
             n, k = (lin.d_out / et, lin.d_in) if lin.shard is Shard.COLUMN else (lin.d_out, lin.d_in / et)
         elif lin.shard is Shard.REPLICATED:
             # Router, shared-expert gate and MLA down-projections run on the sequence-parallel shard.
@@ -104,13 +106,25 @@ FP8_CAST_BYTES = 5
 other GEMM of the pair (read 1 B, write 1 B; Hopper fp8 GEMMs take one layout only)."""
 
 
+def block_gemm_time(ctx: Ctx, kind: LayerKind, block: Block) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) GEMM seconds of one block of a layer (e.g. the shared experts an all-to-all can
+    overlap)."""
+    fwd = bwd = np.zeros(len(ctx.lay))
+    for lin, m, n, k, count in gemm_shapes(ctx, kind):
+        if lin.block is block:
+            fwd = fwd + _gemm(ctx, m, n, k, count)
+            bwd = bwd + _gemm(ctx, m, k, n, count) + _gemm(ctx, k, n, m, count)
+    scale = ctx.cluster.calibration.compute_scale
+    return fwd / scale, bwd / scale
+
+
 def _gemms(ctx: Ctx, kind: LayerKind) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                                                np.ndarray]:
     """(forward, backward, weight-grad part, forward FLOPs, fp8 operand elements, weight elements)."""
     scale = ctx.cluster.calibration.compute_scale
     fwd = bwd = wgrad = flops = 0.0
     fp8_inputs = weights = 0.0
-    for lin, m, n, k, count in _gemm_shapes(ctx, kind):
+    for lin, m, n, k, count in gemm_shapes(ctx, kind):
         # The router stays in bf16 under fp8 recipes (Megatron/TE quantise the expert and dense linears).
         quantised = lin.block is not Block.ROUTER
         f = _gemm(ctx, m, n, k, count, quantised)
@@ -193,7 +207,7 @@ def _elementwise_bytes(ctx: Ctx, kind: LayerKind, fp8_inputs: np.ndarray) -> np.
     else:
         moe = model.moe
         assert moe is not None
-        tm = ctx.tokens_moe
+        tm = ctx.tokens_moe * ctx.straggler  # the busiest EP rank handles `straggler` times the average
         nbytes = nbytes + act * tm * moe.top_k * moe.expert_ffn
         nbytes = nbytes + act * tok * moe.shared_experts * moe.shared_ffn / ctx.t
         # permute k copies (read + write), unpermute and weight them back into one token (read k, write 1),
@@ -201,6 +215,29 @@ def _elementwise_bytes(ctx: Ctx, kind: LayerKind, fp8_inputs: np.ndarray) -> np.
         nbytes = nbytes + tm * h * ACT_BYTES * (2 * moe.top_k + moe.top_k + 1) + tm * moe.experts * 8.0
     # fp8 GEMM operands (activations forward, gradients backward: half each way) are cast from bf16.
     return nbytes + np.where(ctx.fp8, FP8_CAST_BYTES * fp8_inputs / 2, 0.0)
+
+
+MLA_UP_PROJECTIONS = ("q_up", "kv_up")
+"""The linears Megatron's mla_up_proj recompute re-runs (ModelSpec.layer_linears names)."""
+
+
+def module_recompute_time(ctx: Ctx, kind: LayerKind) -> np.ndarray:
+    """Forward work module recompute repeats in backward, beyond the attention core: the two norms (read +
+    write, 4 B per element each), the routed experts' activation function and MLA's up-projection GEMMs."""
+    model = ctx.model
+    nbytes = 8.0 * ctx.tokens_sp * model.hidden
+    kernels = 2
+    if kind is LayerKind.MOE:
+        moe = model.moe
+        assert moe is not None
+        act = 6.0 if model.mlp.gated else 4.0
+        nbytes = nbytes + act * ctx.tokens_moe * ctx.straggler * moe.top_k * moe.expert_ffn
+        kernels += 1
+    gemms = np.zeros(len(ctx.lay))
+    for lin, m, n, k, count in gemm_shapes(ctx, kind):
+        if lin.name in MLA_UP_PROJECTIONS:
+            gemms = gemms + _gemm(ctx, m, n, k, count)
+    return memory_bound_time(ctx.cluster.gpu, nbytes, kernels) + gemms / ctx.cluster.calibration.compute_scale
 
 
 def layer_time(ctx: Ctx, kind: LayerKind) -> LayerTime:

@@ -15,9 +15,10 @@ import numpy as np
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
 from parplan.planner.strategy import PRECISIONS, RECOMPUTE, Layouts
+from parplan.planner.workload import UNIFORM, Workload
 
 FP8 = PRECISIONS.index("fp8")
-RC_NONE, RC_SELECTIVE, RC_FULL = (RECOMPUTE.index(x) for x in ("none", "selective", "full"))
+RC_NONE, RC_SELECTIVE, RC_MODULES, RC_FULL = (RECOMPUTE.index(x) for x in ("none", "selective", "modules", "full"))
 
 ACT_BYTES = 2
 """bf16/fp16 activations (formulas.md conventions)."""
@@ -69,9 +70,15 @@ class Ctx:
     edp_domain: np.ndarray
     pp_same_domain: np.ndarray
     """True where adjacent pipeline stages share a scale-up domain."""
+    redundant: np.ndarray
+    """Redundant expert slots per MoE layer over the EP group."""
+    ep_nodes: np.ndarray
+    """Scale-up domains one EP group spans."""
+    straggler: np.ndarray
+    """Max/mean per-GPU expert load of the EP group (1 with a balanced router); workload.py."""
 
     @classmethod
-    def build(cls, model: ModelSpec, cluster: ClusterSpec, lay: Layouts) -> Ctx:
+    def build(cls, model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM) -> Ctx:
         f = np.asarray
         t, p, c, e, et = (f(x, dtype=np.int64) for x in (lay.tp, lay.pp, lay.cp, lay.ep, lay.etp))
         gpus = cluster.gpus
@@ -85,6 +92,14 @@ class Ctx:
         tokens_moe = np.where(t > 1, tokens / t, tokens)
         d = cluster.scaleup_domain
         stage_stride = t * c * dp
+        ep_domain = members_per_domain(d, et, e)
+        ep_nodes = np.ceil(e / ep_domain)
+        straggler = np.ones(len(lay))
+        if workload.expert_load is not None and model.moe is not None:
+            keys = np.stack([e, lay.redundant_experts, ep_nodes.astype(np.int64)], axis=1)
+            uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+            factors = np.array([workload.straggler(model, int(a), int(r), int(nd)) for a, r, nd in uniq])
+            straggler = factors[inverse.ravel()]
         return cls(
             model=model, cluster=cluster, lay=lay, t=t, p=p, c=c, e=e, et=et, v=lay.vpp.astype(np.int64),
             b=b, s=s, dp=dp, edp=edp, m=lay.gbs // np.maximum(1, dp * lay.mbs),
@@ -94,7 +109,8 @@ class Ctx:
             tp_domain=members_per_domain(d, np.ones_like(t), t),
             cp_domain=members_per_domain(d, t, c),
             dp_domain=members_per_domain(d, t, c * dp),
-            ep_domain=members_per_domain(d, et, e),
+            ep_domain=ep_domain,
             edp_domain=members_per_domain(d, et * e, edp),
             pp_same_domain=stage_stride * 2 <= d,
+            redundant=lay.redundant_experts.astype(float), ep_nodes=ep_nodes, straggler=straggler,
         )

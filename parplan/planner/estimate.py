@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from parplan.hardware.spec import ClusterSpec
-from parplan.models.spec import LayerKind, ModelSpec
+from parplan.models.spec import Block, LayerKind, ModelSpec
 from parplan.planner import comm, compute, memory
-from parplan.planner.context import ACT_BYTES, RC_FULL, RC_SELECTIVE, Ctx
+from parplan.planner.context import ACT_BYTES, RC_FULL, RC_MODULES, RC_SELECTIVE, Ctx
 from parplan.planner.schedule import bubble_time, inflight_microbatches, rank_patterns
 from parplan.planner.strategy import Layouts, Strategy
+from parplan.planner.workload import UNIFORM, Workload
 
 TIME_COMPONENTS = ("gemm", "attention", "elementwise", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm",
                    "pipeline_bubble", "dp_grad_reduce", "dp_param_gather", "optimizer")
@@ -56,15 +57,18 @@ def _layer_work(ctx: Ctx, kind: LayerKind) -> _Work:
     tp_f, tp_b = comm.tp_layer(ctx, kind, lt.gemm_f, lt.gemm_b)
     cp_f, cp_b = comm.cp_layer(ctx, lt.attn_f, lt.attn_b)
     if kind is LayerKind.MOE:
-        ep_f, ep_b = comm.ep_layer(ctx, lt.forward, lt.backward)
+        shared_f, shared_b = compute.block_gemm_time(ctx, kind, Block.SHARED_EXPERTS)
+        ep_f, ep_b = comm.ep_layer(ctx, lt.forward, lt.backward, shared_f, shared_b, lt.gemm_w)
     else:
         zero = _zeros(len(ctx.lay))
         ep_f = ep_b = comm.Comm(zero, zero)
     exposed_f = tp_f.exposed + cp_f.exposed + ep_f.exposed
-    # Selective recompute re-runs the attention core in backward; full recompute the whole forward,
-    # its communication included.
-    recompute = np.select([ctx.recompute == RC_FULL, ctx.recompute == RC_SELECTIVE],
-                          [lt.forward + exposed_f, lt.attn_f], 0.0)
+    # Selective recompute re-runs the attention core in backward, module recompute also norms, the expert
+    # activation and MLA up-projections; full recompute the whole forward, its communication included.
+    modules = (compute.module_recompute_time(ctx, kind) if (ctx.recompute == RC_MODULES).any()
+               else _zeros(len(ctx.lay)))
+    recompute = np.select([ctx.recompute == RC_FULL, ctx.recompute == RC_SELECTIVE, ctx.recompute == RC_MODULES],
+                          [lt.forward + exposed_f, lt.attn_f, lt.attn_f + modules], 0.0)
     rec_comm = np.where(ctx.recompute == RC_FULL, 1.0, 0.0)
     parts = {
         "gemm": lt.gemm_f + lt.gemm_b,
@@ -132,7 +136,7 @@ _PATTERN_FIELDS = ("rank", "count", "dense", "moe", "embedding", "head", "work")
 
 def _patterns(model: ModelSpec, lay: Layouts) -> dict[str, np.ndarray]:
     """(N, K) arrays describing the distinct rank patterns of each layout's pipeline (count 0 = padding)."""
-    first, inverse = _group([lay.pp, lay.vpp, lay.schedule])
+    first, inverse = group_rows([lay.pp, lay.vpp, lay.schedule])
     uniq = zip(lay.pp[first], lay.vpp[first], lay.schedule[first], strict=True)
     tables = [rank_patterns(model, int(p), int(v), int(sc)) for p, v, sc in uniq]
     k = max(len(tb) for tb in tables)
@@ -182,13 +186,13 @@ class Evaluation:
 
 
 _LAYER_KEYS = ("tp", "cp", "ep", "etp", "mbs", "seq", "sp", "precision", "flash_attention", "recompute",
-               "tp_overlap", "schedule")
+               "tp_overlap", "schedule", "dispatch", "redundant_experts", "ep_overlap")
 """The fields per-layer work depends on; pp, vpp, zero and gbs only change how the work is combined."""
-_GRID_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp", "schedule")
+_GRID_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp", "schedule", "redundant_experts")
 """The fields data-parallel traffic depends on (group sizes and the parameters a rank holds)."""
 
 
-def _group(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def group_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(index of one representative per distinct row of `columns`, inverse map from every row to its group).
 
     Rows are packed into one int64 (mixed radix over each column's value range) so that a single 1-D sort
@@ -214,7 +218,7 @@ def _group(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 def _distinct(lay: Layouts, fields: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """(index of one representative per distinct combination of `fields`, inverse map to every layout)."""
-    return _group([getattr(lay, name) for name in fields])
+    return group_rows([getattr(lay, name) for name in fields])
 
 
 def _take_work(work: _Work, index: np.ndarray, breakdown: bool) -> _Work:
@@ -289,26 +293,34 @@ def _peak_gib(rank_mem: memory.RankMemory, pat: dict[str, np.ndarray]) -> np.nda
     return np.where(pat["count"] > 0, rank_mem.total / 2**30, -np.inf).max(axis=1)
 
 
-def required_memory_gib(model: ModelSpec, cluster: ClusterSpec, lay: Layouts) -> np.ndarray:
-    """GPU memory each layout needs (peak allocated + allocator headroom + context), without its time:
-    what a search checks first, since a layout that cannot fit needs no step time."""
-    ctx = Ctx.build(model, cluster, lay)
+def peak_memory_gib(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM) -> np.ndarray:
+    """Peak allocated GiB of each layout's most loaded rank, without its time: what a search checks first,
+    since a layout that cannot fit needs no step time."""
+    ctx = Ctx.build(model, cluster, lay, workload)
     pat = _patterns(model, lay)
-    return memory.required_gib(_peak_gib(_rank_memory(ctx, pat, _rank_params(ctx, pat)), pat))
+    return _peak_gib(_rank_memory(ctx, pat, _rank_params(ctx, pat)), pat)
 
 
-def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, breakdown: bool = True) -> Evaluation:
+def required_memory_gib(model: ModelSpec, cluster: ClusterSpec, lay: Layouts,
+                        workload: Workload = UNIFORM) -> np.ndarray:
+    """GPU memory each layout needs: peak allocated + allocator headroom + CUDA context."""
+    return memory.required_gib(peak_memory_gib(model, cluster, lay, workload))
+
+
+def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, breakdown: bool = True,
+                     workload: Workload = UNIFORM, peak_gib: np.ndarray | None = None) -> Evaluation:
     """Evaluate a batch of (valid) layouts with numpy; the same formulas as `evaluate`.
 
     Per-layer work is computed once per distinct combination of the fields it depends on and broadcast
     back, which keeps a search over millions of layouts fast without a second copy of any formula.
     breakdown=False skips assembling the per-component arrays (a search ranks first and then asks for the
-    breakdown of its winners).
+    breakdown of its winners); `peak_gib`, the layouts' peak_memory_gib when the caller has it already,
+    skips the memory pass (and with breakdown=False leaves memory_by_rank empty).
     """
     n = len(lay)
-    ctx = Ctx.build(model, cluster, lay)
+    ctx = Ctx.build(model, cluster, lay, workload)
     first, inverse = _distinct(lay, _LAYER_KEYS)
-    sub = Ctx.build(model, cluster, lay.take(first))
+    sub = Ctx.build(model, cluster, lay.take(first), workload)
     kinds = [LayerKind.DENSE] + ([LayerKind.MOE] if model.moe_layer_count else [])
     work = {kind: _take_work(_layer_work(sub, kind), inverse, breakdown) for kind in kinds}
     if LayerKind.MOE not in work:
@@ -354,7 +366,7 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, br
     # once per distinct parallel grid, then the optimizer over the parameters each rank updates.
     params = _rank_params(ctx, pat)
     g_first, g_inverse = _distinct(lay, _GRID_KEYS)
-    g_ctx = Ctx.build(model, cluster, lay.take(g_first))
+    g_ctx = Ctx.build(model, cluster, lay.take(g_first), workload)
     traffic = comm.dp_traffic(g_ctx, params.dense[g_first, 0], params.expert[g_first, 0],
                               (dense[:, 0] + moe[:, 0])[g_first]).take(g_inverse)
     dp = comm.dp_step(ctx, traffic, t_f[:, 0], t_b[:, 0], c_f[:, 0], c_b[:, 0])
@@ -364,9 +376,13 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, br
     optimizer = np.max(np.where(real, compute.optimizer_time(ctx, local), 0.0), axis=1)
     step = pipeline + dp.grad.exposed + dp.param.exposed + optimizer
 
-    rank_mem = _rank_memory(ctx, pat, params)
-    mem_gib = {k: np.where(real, v, 0.0) for k, v in rank_mem.as_gib().items()} if breakdown else {}
-    peak = _peak_gib(rank_mem, pat)
+    mem_gib: dict[str, np.ndarray] = {}
+    if peak_gib is None or breakdown:
+        rank_mem = _rank_memory(ctx, pat, params)
+        mem_gib = {k: np.where(real, v, 0.0) for k, v in rank_mem.as_gib().items()} if breakdown else {}
+        peak = _peak_gib(rank_mem, pat)
+    else:
+        peak = peak_gib
     required = memory.required_gib(peak)
 
     tokens_per_s_per_gpu = lay.gbs * lay.seq / (step * cluster.gpus)
@@ -382,7 +398,10 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, br
     layers_fwd = per_seq(lambda x: model.forward_flops_per_token(x) - 2.0 * model.hidden * model.vocab
                          * (1 + model.mtp_layers))
     attn_fwd = per_seq(model.attention_core_flops_per_token)
-    extra = np.select([lay.recompute == RC_FULL, lay.recompute == RC_SELECTIVE], [layers_fwd, attn_fwd], 0.0)
+    up_proj = 2.0 * model.layers * sum(lin.params for lin in model.attention_linears()
+                                       if lin.name in compute.MLA_UP_PROJECTIONS)
+    extra = np.select([lay.recompute == RC_FULL, lay.recompute == RC_SELECTIVE, lay.recompute == RC_MODULES],
+                      [layers_fwd, attn_fwd, attn_fwd + up_proj], 0.0)
     hfu = mfu * (model_flops + extra) / model_flops
 
     # Time breakdown on the critical rank.
@@ -505,7 +524,8 @@ class Estimate:
         }
 
 
-def evaluate(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy) -> Estimate:
-    """Predict one layout; raises InvalidStrategyError if it cannot run."""
+def evaluate(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy, *, workload: Workload = UNIFORM) -> Estimate:
+    """Predict one layout; raises InvalidStrategyError if it cannot run. `workload` sets the expert load
+    (default: a balanced router)."""
     strategy.check(model, cluster)
-    return evaluate_layouts(model, cluster, Layouts.from_strategies([strategy])).estimate(0)
+    return evaluate_layouts(model, cluster, Layouts.from_strategies([strategy]), workload=workload).estimate(0)

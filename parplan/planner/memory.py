@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from parplan.models.spec import Block, LayerKind, Shard
-from parplan.planner.context import ACT_BYTES, RC_FULL, RC_SELECTIVE, Ctx
+from parplan.planner.context import ACT_BYTES, RC_FULL, RC_MODULES, RC_SELECTIVE, Ctx
 
 WEIGHT_BYTES = 2
 MAIN_GRAD_BYTES = 4
@@ -27,6 +27,11 @@ OPTIMIZER_BYTES = 12
 FP8_WEIGHT_CACHE_BYTES = 2
 """Transformer Engine keeps an fp8 copy of each linear weight and its transpose for the whole step
 (is_first_microbatch caching): 2 B per linear parameter under fp8."""
+FP8_ACTIVATION_BYTES = 1
+"""Under fp8 GEMMs a linear layer saves its fp8-cast input for the weight-gradient GEMM instead of the bf16
+tensor (Transformer Engine's fp8 Linear/GroupedLinear; DeepSeek-V3 §3.3 "we cache the activations in FP8
+for the backward pass of the Linear operator"); norm inputs, activation-function inputs, attention Q/K/V
+and the router input stay bf16."""
 TOKEN_ID_BYTES = 8
 """Megatron keeps int64 token ids per micro-batch in flight on the first stage (theoretical_memory_usage)."""
 LOGIT_BYTES = 6
@@ -68,6 +73,8 @@ def layer_params(ctx: Ctx, kind: LayerKind) -> tuple[np.ndarray, np.ndarray, np.
     for lin in ctx.model.layer_linears(kind):
         share = lin.params / _split(ctx, lin)
         if lin.block is Block.EXPERTS:
+            # Redundant EPLB slots are full trainable copies (weights, gradients, optimizer states).
+            share = share * (lin.instances + ctx.redundant) / lin.instances
             expert = expert + share
         else:
             dense = dense + share
@@ -106,45 +113,54 @@ def layer_activation_bytes(ctx: Ctx, kind: LayerKind, recompute: np.ndarray | No
     """Bytes one layer keeps for backward per micro-batch on one rank (Korthikanti 2022 accounting).
 
     `recompute` overrides the layouts' setting (the working set of a fully recomputed layer is its
-    activations without recompute).
+    activations without recompute). Module recompute keeps each norm's input but not its output (the next
+    GEMM's input), the expert activation's input but not its output, and MLA's latents but not the
+    up-projected heads. GEMM inputs take FP8_ACTIVATION_BYTES under fp8.
     """
     m = ctx.model
     rc = ctx.recompute if recompute is None else recompute
+    mods = rc == RC_MODULES
+    kept = np.where(mods, 0.0, 1.0)  # tensors module recompute rebuilds in backward
     a = m.attention
     h, t = m.hidden, ctx.t
     tr, tok = ctx.tokens_sp, ctx.tokens
     two = ACT_BYTES
+    gin = np.where(ctx.fp8, FP8_ACTIVATION_BYTES, ACT_BYTES)  # a saved GEMM input
     drop = 1.0 if m.dropout else 0.0
     heads = a.heads / t
     # attention block: norm input, input of the first projection (kept sequence-sharded under SP)
-    attn = 2 * two * tr * h + drop * tr * h
+    attn = (two + kept * gin) * tr * h + drop * tr * h
     if a.mla:
         ml = a.mla
-        latents = (ml.q_lora_rank + ml.kv_lora_rank + ml.qk_rope_head_dim) * 2  # before and after their norms
-        attn = attn + two * tok * (latents + heads * (2 * a.qk_head_dim + a.v_head_dim))
+        # latents before their norms, and after them (the up-projections' inputs; the rope key goes to RoPE)
+        latents = (two * (ml.q_lora_rank + ml.kv_lora_rank + 2 * ml.qk_rope_head_dim)
+                   + gin * (ml.q_lora_rank + ml.kv_lora_rank))
+        attn = attn + tok * (latents + kept * two * heads * (2 * a.qk_head_dim + a.v_head_dim))
     else:
         attn = attn + two * tok * (heads + 2 * a.kv_heads / t) * a.head_dim  # Q, K, V
-    attn = attn + two * tok * heads * a.v_head_dim  # attention output = out-projection input
+    attn = attn + gin * tok * heads * a.v_head_dim  # attention output = out-projection input
     # attention core: flash keeps the fp32 log-sum-exp; unfused keeps softmax (2 B), dropout mask (1 B) and
     # dropout output (2 B) per score: Korthikanti's 5·a·s²·b. Selective recompute drops both.
     scores = ctx.b * heads * ctx.s * ctx.s / ctx.c
     core = np.where(ctx.flash, 4.0 * tok * heads, scores * (two + 3.0 * drop))
-    attn = attn + np.where(rc == RC_SELECTIVE, 0.0, core)
+    attn = attn + np.where((rc == RC_SELECTIVE) | mods, 0.0, core)
     # MLP block: norm input, first GEMM input, activation input(s), second GEMM input
     up = 2 if m.mlp.gated else 1
     if kind is LayerKind.DENSE:
-        mlp = 2 * two * tr * h + two * tok * (up + 1) * m.mlp.ffn / t + drop * tr * h
+        mlp = (two + kept * gin) * tr * h + tok * (two * up + gin) * m.mlp.ffn / t + drop * tr * h
     else:
         moe = m.moe
         assert moe is not None
         tm = ctx.tokens_moe
-        copies = tm * moe.top_k
-        mlp = (two * tr * h + two * tm * h + 4.0 * tm * moe.experts  # norm in, router in, fp32 router probs
-               + two * copies * ctx.et * h  # permuted tokens (gathered over ETP)
-               + two * copies * (up + 1) * moe.expert_ffn  # expert activation inputs and down-proj input
-               + two * copies * h)  # expert outputs kept for the weighted combine
+        copies = tm * moe.top_k * ctx.straggler  # the busiest EP rank keeps the most routed tokens
+        mlp = (two * tr * h + kept * two * tm * h + 4.0 * tm * moe.experts  # norm in, out, fp32 router probs
+               + gin * copies * ctx.et * h  # permuted tokens (gathered over ETP)
+               + copies * (two * up + kept * gin) * moe.expert_ffn  # expert activation inputs, down-proj input
+               # The routing weights multiply the activation output (Megatron's TEGroupedMLP weighted SwiGLU;
+               # DeepSeek-V3 §3.3), which keeps one fp32 weight per copy instead of every expert output.
+               + 4.0 * copies)
         if moe.shared_experts:
-            mlp = mlp + two * tok * (up + 1) * moe.shared_experts * moe.shared_ffn / t
+            mlp = mlp + tok * (two * up + gin) * moe.shared_experts * moe.shared_ffn / t
     full = attn + mlp
     return np.where(rc == RC_FULL, two * tr * h, full)
 

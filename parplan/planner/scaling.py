@@ -15,6 +15,7 @@ from parplan.models.spec import ModelSpec
 from parplan.planner.estimate import Estimate
 from parplan.planner.explain import bottleneck
 from parplan.planner.search import SearchSpace, plan
+from parplan.planner.workload import UNIFORM, Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,14 +38,14 @@ class ScalePoint:
 
 
 def scale(model: ModelSpec, cluster: ClusterSpec, counts: list[int], *, gbs: int, seq: int, weak: bool = False,
-          space: SearchSpace | None = None) -> list[ScalePoint]:
+          space: SearchSpace | None = None, workload: Workload = UNIFORM) -> list[ScalePoint]:
     """Best layout per GPU count and its speedup/efficiency against the smallest count that fits."""
     points: list[ScalePoint] = []
     base: tuple[int, float] | None = None
     for n in sorted(counts):
         batch = gbs * n // base[0] if weak and base else gbs
         try:
-            result = plan(model, cluster.with_gpus(n), gbs=batch, seq=seq, space=space, top=1)
+            result = plan(model, cluster.with_gpus(n), gbs=batch, seq=seq, space=space, top=1, workload=workload)
         except NoFeasiblePlanError:
             result = None
         best = result.plans[0] if result and result.plans else None

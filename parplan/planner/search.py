@@ -20,8 +20,11 @@ import numpy as np
 from parplan.errors import NoFeasiblePlanError
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
-from parplan.planner.estimate import Estimate, evaluate_layouts, required_memory_gib
-from parplan.planner.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, Layouts, valid_mask
+from parplan.planner.estimate import Estimate, evaluate_layouts, peak_memory_gib, required_memory_gib
+from parplan.planner.estimate import group_rows as _group_rows
+from parplan.planner.memory import required_gib as memory_required_gib
+from parplan.planner.strategy import DISPATCHERS, PRECISIONS, RECOMPUTE, RULES, SCHEDULES, Layouts, valid_mask
+from parplan.planner.workload import UNIFORM, Workload
 
 OBJECTIVES = ("throughput", "memory", "cost")
 CHUNK = 1 << 17
@@ -49,6 +52,15 @@ class SearchSpace:
     schedule: tuple[str, ...] = SCHEDULES
     precision: tuple[str, ...] = ("bf16",)
     tp_overlap: tuple[bool, ...] = (False, True)
+    dispatch: tuple[str, ...] = DISPATCHERS
+    """MoE token dispatch modes (dense models only take alltoall)."""
+    redundant_experts: tuple[int, ...] = (0,)
+    """EPLB redundant expert slots per MoE layer to consider (each a multiple of ep)."""
+    ep_overlap: tuple[bool, ...] = (False, True)
+    """Megatron's EP all-to-all overlap on or off (MoE only; the rules keep it where Megatron allows it)."""
+    tp_in_domain: bool = True
+    """Unless tp (etp) values are listed explicitly, keep tp and etp inside one scale-up domain: a TP group
+    on the NIC all-reduces every layer's activations over it, which no published large run does."""
     max_memory_fraction: float = 1.0
     """A plan must need at most this share of GPU memory (after allocator headroom and CUDA context)."""
 
@@ -61,8 +73,11 @@ def _grid(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: Sea
     """(tp, pp, cp) combinations with the lists of everything else that may go with them."""
     g = cluster.gpus
     moe = model.moe
+    dom = cluster.scaleup_domain
     for tp in _divisors(g):
         if not space.allows("tp", tp) or model.attention.kv_heads % tp or model.attention.heads % tp:
+            continue
+        if space.tp is None and space.tp_in_domain and tp > dom:
             continue
         for pp in _divisors(g // tp):
             if not space.allows("pp", pp) or pp > model.layers:
@@ -75,7 +90,8 @@ def _grid(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: Sea
                     continue
                 per_stage = g // pp
                 eps = [1] if moe is None else [e for e in _divisors(moe.experts) if space.allows("ep", e)]
-                etps = [1] if moe is None else [x for x in _divisors(moe.expert_ffn) if space.allows("etp", x)]
+                etps = [1] if moe is None else [x for x in _divisors(moe.expert_ffn) if space.allows("etp", x)
+                                                and (space.etp is not None or not space.tp_in_domain or x <= dom)]
                 expert = [(e, x) for e in eps for x in etps if per_stage % (e * x) == 0]
                 mbs = [b for b in _divisors(gbs // dp) if space.allows("mbs", b)]
                 sched = []
@@ -91,18 +107,22 @@ def _grid(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: Sea
                 sched = [(s, v) for s, v in sched if space.allows("vpp", v)]
                 if not (expert and mbs and sched):
                     continue
-                yield {"tp": tp, "pp": pp, "cp": cp, "expert": expert, "mbs": mbs, "sched": sched}
+                yield {"tp": tp, "pp": pp, "cp": cp, "expert": expert, "mbs": mbs, "sched": sched,
+                       "moe": moe is not None}
 
 
 def _axes(cell: dict, space: SearchSpace) -> tuple[list[np.ndarray], list[tuple[bool, bool]]]:
-    """The independent choices of one grid cell; SP and TP overlap form one axis of allowed pairs (overlap
-    needs SP, and both are moot at tp = 1)."""
+    """The independent choices of one grid cell that memory depends on; SP and TP overlap form one axis of
+    allowed pairs (overlap needs SP, and both are moot at tp = 1); MoE-only choices collapse for dense
+    models. The time-only choices (dispatch, ep_overlap) are added after the memory check, by _time_options."""
     tp = cell["tp"]
     pairs = [(s, o) for s in space.sp for o in space.tp_overlap if (tp > 1 or not (s or o)) and (s or not o)]
+    redundant = space.redundant_experts if cell["moe"] else (0,)
     return [
         np.arange(len(cell["expert"])), np.arange(len(cell["sched"])), np.array(space.zero, dtype=np.int64),
         np.arange(len(pairs)), np.array([RECOMPUTE.index(r) for r in space.recompute], dtype=np.int8),
         np.array(cell["mbs"], dtype=np.int64), np.array([PRECISIONS.index(p) for p in space.precision], dtype=np.int8),
+        np.array(redundant, dtype=np.int64),
     ], pairs
 
 
@@ -114,7 +134,8 @@ def _cell_size(cell: dict, space: SearchSpace) -> int:
 def _expand(cell: dict, gbs: int, seq: int, space: SearchSpace) -> dict[str, np.ndarray]:
     """Cartesian product of one grid cell's choices as flat arrays."""
     axes, pairs = _axes(cell, space)
-    e_idx, s_idx, zero, pair, rc, mbs, prec = (a.ravel() for a in np.meshgrid(*axes, indexing="ij"))
+    e_idx, s_idx, zero, pair, rc, mbs, prec, redundant = (
+        a.ravel() for a in np.meshgrid(*axes, indexing="ij"))
     expert = np.array(cell["expert"], dtype=np.int64)
     codes = np.array([SCHEDULES.index(s) for s, _ in cell["sched"]], dtype=np.int8)
     vpps = np.array([v for _, v in cell["sched"]], dtype=np.int64)
@@ -128,14 +149,39 @@ def _expand(cell: dict, gbs: int, seq: int, space: SearchSpace) -> dict[str, np.
         "tp": full(cell["tp"]), "pp": full(cell["pp"]), "cp": full(cell["cp"]), "ep": expert[e_idx, 0],
         "etp": expert[e_idx, 1], "vpp": vpps[s_idx], "zero": zero, "mbs": mbs, "gbs": full(gbs), "seq": full(seq),
         "sp": sp_ovl[pair, 0], "recompute": rc, "schedule": codes[s_idx], "precision": prec,
-        "flash_attention": full(True, bool), "tp_overlap": sp_ovl[pair, 1],
+        "flash_attention": full(True, bool), "tp_overlap": sp_ovl[pair, 1], "dispatch": full(0, np.int8),
+        "redundant_experts": redundant, "ep_overlap": full(False, bool),
     }
+
+
+_TIME_ONLY_RULES = tuple(r for r in RULES if r.name in ("dispatch_needs_moe", "fp8_dispatch_needs_fp8", "ep_overlap"))
+"""The rules that read the time-only fields (the base layouts already pass every other rule)."""
+
+
+def _time_options(lay: Layouts, model: ModelSpec, cluster: ClusterSpec, space: SearchSpace
+                  ) -> tuple[Layouts, np.ndarray]:
+    """Every valid combination of `lay` with the space's time-only choices, and each row's source index.
+
+    dispatch and ep_overlap change the step time but not the memory: a search computes each layout's memory
+    once with their base values (alltoall, no overlap) and expands it here."""
+    if model.moe is None:
+        return lay, np.arange(len(lay))
+    n = len(lay)
+    options = np.array([(DISPATCHERS.index(d), o) for d in space.dispatch for o in space.ep_overlap],
+                       dtype=np.int64).reshape(-1, 2)
+    ok = np.stack([valid_mask(dataclasses.replace(lay, dispatch=np.full(n, d, np.int8),
+                                                  ep_overlap=np.full(n, bool(o))),
+                              model, cluster, _TIME_ONLY_RULES) for d, o in options], axis=1)
+    parent, option = np.nonzero(ok)
+    wide = dataclasses.replace(lay.take(parent), dispatch=options[option, 0].astype(np.int8),
+                               ep_overlap=options[option, 1].astype(bool))
+    return wide, parent
 
 
 def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: SearchSpace,
                       chunk: int = CHUNK, cells: list[dict] | None = None) -> Iterator[Layouts]:
-    """Every layout of the space (or of the given grid `cells`) that passes the Strategy rules, in chunks of
-    at most `chunk`."""
+    """Every layout of the space (or of the given grid `cells`) that passes the Strategy rules, with the
+    time-only fields at their base values (see _time_options), in chunks of at most `chunk`."""
     buffer: list[dict[str, np.ndarray]] = []
     size = 0
 
@@ -198,18 +244,23 @@ def _run_batch(index: int) -> _Partial:
     st = _STATE
     model, cluster, space = st["model"], st["cluster"], st["space"]
     cap, keep, layout_filter, chunk = st["cap"], st["keep"], st["filter"], st["chunk"]
+    workload = st["workload"]
     evaluated = feasible = 0
     least_req, least = np.inf, None
     top: Layouts | None = None
     score = required_top = np.empty(0)
     for lay in enumerate_layouts(model, cluster, st["gbs"], st["seq"], space, chunk=chunk,
                                  cells=st["batches"][index]):
-        if layout_filter is not None:
-            lay = lay.take(np.flatnonzero(layout_filter(lay)))
-            if not len(lay):
-                continue
         # Memory first: a layout that cannot fit needs no step time.
-        required = required_memory_gib(model, cluster, lay)
+        base_peak = peak_memory_gib(model, cluster, lay, workload)
+        lay, parent = _time_options(lay, model, cluster, space)
+        peak = base_peak[parent]
+        if layout_filter is not None:
+            keep_rows = np.flatnonzero(layout_filter(lay))
+            lay, peak = lay.take(keep_rows), peak[keep_rows]
+        required = memory_required_gib(peak)
+        if not len(lay):
+            continue
         evaluated += len(lay)
         i = int(np.argmin(required))
         if required[i] < least_req:
@@ -218,11 +269,43 @@ def _run_batch(index: int) -> _Partial:
         feasible += len(fitting)
         if not len(fitting):
             continue
-        ev = evaluate_layouts(model, cluster, lay.take(fitting), breakdown=False)
+        if st["prune"]:
+            fitting = fitting[_undominated(lay.take(fitting))]
+        ev = evaluate_layouts(model, cluster, lay.take(fitting), breakdown=False, workload=workload,
+                              peak_gib=peak[fitting])
         order = np.argsort(-ev.tokens_per_s_per_gpu, kind="stable")[:keep]
         top, score, required_top = _top(top, score, required_top, ev.layouts.take(order),
                                         ev.tokens_per_s_per_gpu[order], ev.required_gib[order], keep)
     return _Partial(evaluated, feasible, least_req, least, top, score, required_top)
+
+
+_ALLTOALL, _DEEPEP_FP8 = DISPATCHERS.index("alltoall"), DISPATCHERS.index("deepep-fp8")
+_DOMINANCE: tuple[tuple[str, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]], ...] = (
+    # A lighter recompute setting only removes recomputed forward work (estimate.py adds it, nothing else);
+    # among layouts that fit, the lighter one is never slower.
+    ("recompute", lambda x: x, np.zeros_like),
+    # EP overlap only widens the window the all-to-all hides behind (comm.ep_layer), and an fp8 DeepEP
+    # dispatch only shrinks DeepEP's forward dispatch bytes: the sibling with either on is never slower.
+    ("ep_overlap", lambda x: ~x, np.zeros_like),
+    ("dispatch", lambda x: x != _DEEPEP_FP8, lambda x: x == _ALLTOALL),
+)
+"""(field, rank, class): within a class, a lower rank is never slower, every other field held equal."""
+
+
+def _undominated(lay: Layouts) -> np.ndarray:
+    """Indices of the layouts (all fitting) that no sibling beats by a dominance rule above: ranking for
+    throughput needs no step time for them, and the best layout is unchanged."""
+    keep = np.ones(len(lay), dtype=bool)
+    names = [f.name for f in dataclasses.fields(Layouts)]
+    worst = np.iinfo(np.int64).max
+    for name, rank, cls in _DOMINANCE:
+        values = getattr(lay, name)
+        _, group = _group_rows([getattr(lay, n) for n in names if n != name] + [cls(values)])
+        r = rank(values).astype(np.int64)
+        best = np.full(group.max() + 1, worst)
+        np.minimum.at(best, group, np.where(keep, r, worst))
+        keep &= r <= best[group]
+    return np.flatnonzero(keep)
 
 
 def _top(top: Layouts | None, score: np.ndarray, required: np.ndarray, lay: Layouts, new_score: np.ndarray,
@@ -250,7 +333,8 @@ def _batches(cells: list[dict], space: SearchSpace, parts: int) -> list[list[dic
 def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: SearchSpace | None = None,
          objective: str = "throughput", top: int = 5, within: float = 0.05,
          layout_filter: Callable[[Layouts], np.ndarray] | None = None,
-         progress: Callable[[int], None] | None = None, chunk: int = CHUNK, workers: int | None = None) -> PlanResult:
+         progress: Callable[[int], None] | None = None, chunk: int = CHUNK, workers: int | None = None,
+         workload: Workload = UNIFORM) -> PlanResult:
     """Rank every valid layout that fits. objective 'memory' returns, among the layouts within `within`
     of the best throughput, the ones with the most memory headroom; 'cost' (GPU-hours per token on a fixed
     cluster) ranks like 'throughput'. `layout_filter` restricts the space further (a framework's
@@ -267,6 +351,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
     workers = workers if workers is not None else (os.cpu_count() or 1)
     parts = max(1, min(workers, len(cells))) * 4 if workers > 1 else 1
     _STATE.update(model=model, cluster=cluster, space=space, gbs=gbs, seq=seq, keep=keep, chunk=chunk,
+                  workload=workload, prune=objective != "memory",
                   cap=cluster.gpu.hbm_gib * space.max_memory_fraction, filter=layout_filter,
                   batches=_batches(cells, space, parts) if cells else [])
     indices = range(len(_STATE["batches"]))
@@ -292,7 +377,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
                     else (part.top, part.score, part.required))
     plans: list[Estimate] = []
     if best is not None:
-        ev = evaluate_layouts(model, cluster, best[0])
+        ev = evaluate_layouts(model, cluster, best[0], workload=workload)
         for i in range(len(best[0])):
             # A layout that predicts exactly like a simpler one ranked above it adds nothing to the list.
             if plans and ev.step_time_s[i] == plans[-1].step_time_s and ev.required_gib[i] == plans[-1].required_gib:
@@ -303,7 +388,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
         floor = plans[0].tokens_per_s_per_gpu * (1 - within)
         plans = sorted((e for e in plans if e.tokens_per_s_per_gpu >= floor), key=lambda e: e.required_gib)
     least = min((p for p in partials if p.least is not None), key=lambda p: p.least_required, default=None)
-    least_estimate = evaluate_layouts(model, cluster, least.least).estimate(0) if least else None
+    least_estimate = evaluate_layouts(model, cluster, least.least, workload=workload).estimate(0) if least else None
     return PlanResult(plans=plans[:top], evaluated=evaluated, feasible=sum(p.feasible for p in partials),
                       search_seconds=seconds, least_memory=least_estimate)
 
@@ -318,7 +403,8 @@ def _complexity(lay: Layouts) -> np.ndarray:
     return (lay.tp * lay.pp * lay.cp * lay.ep * lay.etp * lay.vpp).astype(float) + lay.zero + lay.tp_overlap
 
 
-def levers(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: SearchSpace) -> dict[str, float]:
+def levers(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: SearchSpace,
+           workload: Workload = UNIFORM) -> dict[str, float]:
     """Least memory any layout needs (GiB, allocator headroom and context included) under each lever that
     the user's space did not already allow, computed by searching again with that lever opened."""
     out: dict[str, float] = {}
@@ -339,7 +425,7 @@ def levers(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space:
     for name, cl, sp in trials:
         least = None
         for lay in enumerate_layouts(model, cl, gbs, seq, sp):
-            req = float(evaluate_layouts(model, cl, lay).required_gib.min())
+            req = float(required_memory_gib(model, cl, lay, workload).min())
             least = req if least is None else min(least, req)
         if least is not None:
             out[name] = least
@@ -359,7 +445,7 @@ def plan_or_raise(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int,
             "restrictions (every combination breaks a Strategy rule, e.g. gbs must be a multiple of dp·mbs)")
     cap = cluster.gpu.hbm_gib * space.max_memory_fraction
     need = result.least_memory.required_gib
-    options = levers(model, cluster, gbs=gbs, seq=seq, space=space)
+    options = levers(model, cluster, gbs=gbs, seq=seq, space=space, workload=kw.get("workload", UNIFORM))
     helps = [f"{name}: {gib:.1f} GiB{' (fits)' if gib <= cap else ''}" for name, gib in
              sorted(options.items(), key=lambda kv: kv[1])]
     raise NoFeasiblePlanError(

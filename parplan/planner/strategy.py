@@ -21,9 +21,13 @@ from parplan.errors import InvalidStrategyError
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "modules", "full")
 SCHEDULES = ("1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev")
 PRECISIONS = ("bf16", "fp8")
+DISPATCHERS = ("alltoall", "deepep", "deepep-fp8")
+"""How MoE tokens travel: alltoall sends every routed copy (Megatron's alltoall dispatcher); deepep sends
+one copy per destination node and forwards it over NVLink there (DeepEP, Megatron's flex dispatcher);
+deepep-fp8 also dispatches in fp8 (combine stays bf16), as DeepSeek-V3 trained."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,7 +52,10 @@ class Strategy:
     sp: bool = True
     """Megatron sequence parallelism on the TP group (ignored when tp = 1)."""
     recompute: str = "none"
-    """Activation recomputation: none, selective (attention core, Korthikanti 2022) or full (each layer)."""
+    """Activation recomputation, from light to heavy: none; selective (the attention core, Korthikanti 2022);
+    modules (also the norms, the MoE activation function and MLA's up-projections: Megatron
+    --recompute-modules core_attn layernorm moe_act mla_up_proj, what DeepSeek-V3 recomputes); full (each
+    layer from its input)."""
     mbs: int = 1
     """Micro-batch size, sequences per pipeline micro-batch per data-parallel rank."""
     gbs: int = 1
@@ -64,6 +71,15 @@ class Strategy:
     (Megatron before 2023)."""
     tp_overlap: bool = False
     """Overlap TP communication with GEMMs (Megatron --tp-comm-overlap; needs sp)."""
+    dispatch: str = "alltoall"
+    """MoE token dispatch: alltoall, deepep or deepep-fp8 (see DISPATCHERS)."""
+    redundant_experts: int = 0
+    """Extra physical expert slots per MoE layer over the EP group, filled by EPLB with copies of the
+    busiest experts (a multiple of ep)."""
+    ep_overlap: bool = False
+    """Overlap each micro-batch's EP all-to-all with another micro-batch's compute (Megatron
+    --overlap-moe-expert-parallel-comm: interleaved schedule or pp = 1). DualPipe(V) always does this and
+    leaves the flag off."""
 
     def __post_init__(self) -> None:
         if self.tp == 1:
@@ -90,7 +106,7 @@ class Strategy:
                 raise InvalidStrategyError(rule.message(self, model, cluster))
 
 
-_INT_FIELDS = ("tp", "pp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq")
+_INT_FIELDS = ("tp", "pp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq", "redundant_experts")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +130,9 @@ class Layouts:
     precision: np.ndarray
     flash_attention: np.ndarray
     tp_overlap: np.ndarray
+    dispatch: np.ndarray
+    redundant_experts: np.ndarray
+    ep_overlap: np.ndarray
 
     @classmethod
     def from_strategies(cls, strategies: list[Strategy]) -> Layouts:
@@ -127,6 +146,8 @@ class Layouts:
         cols["precision"] = col("precision", lambda s: _code(PRECISIONS, s.precision, "precision"), np.int8)
         cols["flash_attention"] = col("flash_attention", lambda s: s.flash_attention, bool)
         cols["tp_overlap"] = col("tp_overlap", lambda s: s.tp_overlap, bool)
+        cols["dispatch"] = col("dispatch", lambda s: _code(DISPATCHERS, s.dispatch, "dispatch"), np.int8)
+        cols["ep_overlap"] = col("ep_overlap", lambda s: s.ep_overlap, bool)
         return cls(**cols)
 
     def __len__(self) -> int:
@@ -144,6 +165,8 @@ class Layouts:
             precision=PRECISIONS[int(self.precision[i])],
             flash_attention=bool(self.flash_attention[i]),
             tp_overlap=bool(self.tp_overlap[i]),
+            dispatch=DISPATCHERS[int(self.dispatch[i])],
+            ep_overlap=bool(self.ep_overlap[i]),
         )
         return Strategy(**kw)
 
@@ -243,12 +266,44 @@ RULES: tuple[Rule, ...] = (
                          f"{s.gbs // max(1, s.dp(c.gpus) * s.mbs)}"),
     Rule("fp8_supported", lambda lay, m, c: (lay.precision == 0) | c.gpu.supports_fp8,
          lambda s, m, c: f"{c.gpu.name} has no fp8 tensor cores; use precision bf16"),
+    Rule("dispatch_needs_moe", lambda lay, m, c: (lay.dispatch == 0) | (m.moe is not None),
+         lambda s, m, c: f"dispatch={s.dispatch} applies to mixture-of-experts models; {m.name} is dense"),
+    # DeepSeek-V3 dispatches in fp8 because its expert GEMMs take fp8 inputs anyway (§3.3); under bf16
+    # GEMMs an fp8 dispatch would change the numerics, so it goes with fp8 training only.
+    Rule("fp8_dispatch_needs_fp8",
+         lambda lay, m, c: (lay.dispatch != DISPATCHERS.index("deepep-fp8"))
+         | (lay.precision == PRECISIONS.index("fp8")),
+         lambda s, m, c: "dispatch deepep-fp8 goes with precision fp8 (the expert GEMMs quantise their inputs "
+                         "anyway); use deepep with bf16"),
+    Rule("redundant_experts",
+         lambda lay, m, c: (lay.redundant_experts == 0) | ((m.moe is not None) & (lay.redundant_experts > 0)
+                                                           & (lay.redundant_experts % lay.ep == 0)),
+         lambda s, m, c: ("redundant experts need a mixture-of-experts model" if m.moe is None else
+                          f"redundant_experts={s.redundant_experts} must be a non-negative multiple of ep={s.ep} "
+                          "(every EP rank holds the same number of expert slots; EPLB)")),
+    # Megatron-LM's checks for --overlap-moe-expert-parallel-comm (megatron/training/arguments.py): it pairs
+    # the forward of one micro-batch with the backward of another, so it needs ep > 1, a virtual pipeline
+    # when pp > 1 (or no pipeline and two micro-batches), and no full recompute.
+    Rule("ep_overlap",
+         lambda lay, m, c: ~lay.ep_overlap | ((m.moe is not None) & (lay.ep > 1)
+                                              & (lay.recompute != RECOMPUTE.index("full"))
+                                              & (_sched(lay, "interleaved")
+                                                 | ((lay.pp == 1) & (lay.microbatches(c.gpus) >= 2)))),
+         lambda s, m, c: ("ep_overlap needs a mixture-of-experts model" if m.moe is None else
+                          "ep_overlap needs ep > 1" if s.ep == 1 else
+                          "ep_overlap cannot be combined with full recompute (Megatron asserts it)"
+                          if s.recompute == "full" else
+                          "DualPipe overlaps the all-to-all by construction: leave ep_overlap off"
+                          if s.schedule.startswith("dualpipe") else
+                          "ep_overlap needs the interleaved schedule (vpp > 1) when pp > 1, or pp = 1 with at least "
+                          "two micro-batches")),
 )
 
 
-def valid_mask(lay: Layouts, model: ModelSpec, cluster: ClusterSpec) -> np.ndarray:
-    """True where a layout passes every rule."""
+def valid_mask(lay: Layouts, model: ModelSpec, cluster: ClusterSpec,
+               rules: tuple[Rule, ...] = RULES) -> np.ndarray:
+    """True where a layout passes every rule (or every one of `rules`)."""
     ok = np.ones(len(lay), dtype=bool)
-    for rule in RULES:
+    for rule in rules:
         ok &= np.asarray(rule.ok(lay, model, cluster), dtype=bool)
     return ok

@@ -22,7 +22,7 @@ from parplan.planner.estimate import Estimate, evaluate
 from parplan.planner.strategy import Strategy
 
 _STRATEGY_KEYS = {"tp", "pp", "cp", "ep", "etp", "vpp", "dp", "zero", "sp", "recompute", "mbs", "schedule",
-                  "flash_attention", "tp_overlap"}
+                  "flash_attention", "tp_overlap", "dispatch", "redundant_experts", "ep_overlap"}
 
 
 @dataclass(frozen=True, slots=True)
