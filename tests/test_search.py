@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 
@@ -170,3 +171,19 @@ def test_cli_plan_usage_errors(run_cli):
     code, _, err = run_cli("plan", "-m", "llama3.1-8b", "-c", "a100-80gb", "-n", "8", "--gbs", "8",
                            "--precision", "fp8")
     assert code == 1 and "fp8" in err
+
+
+def test_validate_rank_places_the_published_layout(run_cli):
+    """validate --rank: the rank counts the fitting layouts predicted faster than the published one, so rank 1
+    means the planner's best is no faster, and a higher rank means a positive gap."""
+    from parplan.planner.validate import load_runs, rank_runs, validate_runs
+
+    runs = [r for r in load_runs() if r.id == "mcore_h100_weak_1p7b"]
+    (k,) = rank_runs(validate_runs(runs))
+    assert k.rank is not None and k.rank >= 1 and k.searched > 0
+    assert k.gap >= -1e-9
+    assert (k.rank == 1) == (k.gap <= 1e-9)
+    code, out, err = run_cli("validate", "--group", "megatron_sc21_ptdp", "--rank", "--json")
+    assert code == 0, err
+    rows = json.loads(out)["runs"]
+    assert rows and all(r["rank"] is None or r["rank"] >= 1 for r in rows)

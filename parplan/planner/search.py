@@ -234,6 +234,8 @@ class _Partial:
     top: Layouts | None
     score: np.ndarray
     required: np.ndarray
+    faster: int
+    """Fitting layouts faster than the search's reference throughput (0 without one)."""
 
 
 _STATE: dict[str, object] = {}
@@ -245,7 +247,8 @@ def _run_batch(index: int) -> _Partial:
     model, cluster, space = st["model"], st["cluster"], st["space"]
     cap, keep, layout_filter, chunk = st["cap"], st["keep"], st["filter"], st["chunk"]
     workload = st["workload"]
-    evaluated = feasible = 0
+    evaluated = feasible = faster = 0
+    reference = st["reference"]
     least_req, least = np.inf, None
     top: Layouts | None = None
     score = required_top = np.empty(0)
@@ -273,10 +276,12 @@ def _run_batch(index: int) -> _Partial:
             fitting = fitting[_undominated(lay.take(fitting))]
         ev = evaluate_layouts(model, cluster, lay.take(fitting), breakdown=False, workload=workload,
                               peak_gib=peak[fitting])
+        if reference is not None:
+            faster += int(np.count_nonzero(ev.tokens_per_s_per_gpu > reference * (1 + 1e-9)))
         order = np.argsort(-ev.tokens_per_s_per_gpu, kind="stable")[:keep]
         top, score, required_top = _top(top, score, required_top, ev.layouts.take(order),
                                         ev.tokens_per_s_per_gpu[order], ev.required_gib[order], keep)
-    return _Partial(evaluated, feasible, least_req, least, top, score, required_top)
+    return _Partial(evaluated, feasible, least_req, least, top, score, required_top, faster)
 
 
 _ALLTOALL, _DEEPEP_FP8 = DISPATCHERS.index("alltoall"), DISPATCHERS.index("deepep-fp8")
@@ -334,13 +339,14 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
          objective: str = "throughput", top: int = 5, within: float = 0.05,
          layout_filter: Callable[[Layouts], np.ndarray] | None = None,
          progress: Callable[[int], None] | None = None, chunk: int = CHUNK, workers: int | None = None,
-         workload: Workload = UNIFORM) -> PlanResult:
+         workload: Workload = UNIFORM, faster_than: float | None = None) -> PlanResult:
     """Rank every valid layout that fits. objective 'memory' returns, among the layouts within `within`
     of the best throughput, the ones with the most memory headroom; 'cost' (GPU-hours per token on a fixed
     cluster) ranks like 'throughput'. `layout_filter` restricts the space further (a framework's
     abilities); `progress` is called with the running count of evaluated layouts; `chunk` bounds how many
     layouts are evaluated at once (memory) and `workers` how many processes share the grid (default: the
-    CPU count, for large spaces), neither changing the result.
+    CPU count, for large spaces), neither changing the result. `faster_than` (tokens/s/GPU) also counts the
+    fitting layouts that beat it, in extra["faster"] (every layout is then timed: no dominance pruning).
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}")
@@ -351,7 +357,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
     workers = workers if workers is not None else (os.cpu_count() or 1)
     parts = max(1, min(workers, len(cells))) * 4 if workers > 1 else 1
     _STATE.update(model=model, cluster=cluster, space=space, gbs=gbs, seq=seq, keep=keep, chunk=chunk,
-                  workload=workload, prune=objective != "memory",
+                  workload=workload, prune=objective != "memory" and faster_than is None, reference=faster_than,
                   cap=cluster.gpu.hbm_gib * space.max_memory_fraction, filter=layout_filter,
                   batches=_batches(cells, space, parts) if cells else [])
     indices = range(len(_STATE["batches"]))
@@ -389,8 +395,9 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
         plans = sorted((e for e in plans if e.tokens_per_s_per_gpu >= floor), key=lambda e: e.required_gib)
     least = min((p for p in partials if p.least is not None), key=lambda p: p.least_required, default=None)
     least_estimate = evaluate_layouts(model, cluster, least.least, workload=workload).estimate(0) if least else None
+    extra = {"faster": sum(p.faster for p in partials)} if faster_than is not None else {}
     return PlanResult(plans=plans[:top], evaluated=evaluated, feasible=sum(p.feasible for p in partials),
-                      search_seconds=seconds, least_memory=least_estimate)
+                      search_seconds=seconds, least_memory=least_estimate, extra=extra)
 
 
 def _concat(a: Layouts, b: Layouts) -> Layouts:

@@ -19,6 +19,7 @@ from parplan.errors import ConfigError, ParplanError
 from parplan.hardware import load_cluster
 from parplan.models.presets import load_model_file
 from parplan.planner.estimate import Estimate, evaluate
+from parplan.planner.search import SearchSpace, plan
 from parplan.planner.strategy import Strategy
 
 _STRATEGY_KEYS = {"tp", "pp", "cp", "ep", "etp", "vpp", "dp", "zero", "sp", "recompute", "mbs", "schedule",
@@ -149,6 +150,52 @@ def validate_runs(runs: list[PublishedRun]) -> list[RunResult]:
             out.append(RunResult(run, evaluate(model, cluster, run.strategy), None))
         except ParplanError as e:
             out.append(RunResult(run, None, str(e)))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RankResult:
+    """Where a published layout stands among every layout the planner searches for the same job."""
+
+    result: RunResult
+    best: Estimate | None
+    """The planner's best layout for the run's model, GPUs, batch, sequence and precision."""
+    rank: int | None
+    """1 when no fitting layout is predicted faster than the published one; None when it does not fit."""
+    searched: int
+    """Valid layouts searched."""
+
+    @property
+    def gap(self) -> float | None:
+        """Predicted throughput of the planner's best over the published layout's, minus 1."""
+        est = self.result.estimate
+        if est is None or self.best is None:
+            return None
+        return self.best.tokens_per_s_per_gpu / est.tokens_per_s_per_gpu - 1
+
+
+def rank_runs(results: list[RunResult]) -> list[RankResult]:
+    """For each evaluated run, search its job's whole layout space (precision fixed to the run's; tp and etp
+    beyond one NVLink domain allowed when the run used them) and count the fitting layouts predicted faster."""
+    out = []
+    for r in results:
+        est = r.estimate
+        if est is None:
+            continue
+        s = r.run.strategy
+        model = load_model_file(r.run.model_file)
+        cluster = load_cluster(r.run.cluster, gpus=r.run.gpus)
+        beyond = max(s.tp, s.etp) > cluster.scaleup_domain
+        space = SearchSpace(precision=(s.precision,), tp_in_domain=not beyond)
+        try:
+            found = plan(model, cluster, gbs=s.gbs, seq=s.seq, space=space, top=1,
+                         faster_than=est.tokens_per_s_per_gpu)
+        except ParplanError:
+            out.append(RankResult(r, None, None, 0))
+            continue
+        best = found.plans[0] if found.plans else None
+        rank = int(found.extra["faster"]) + 1 if est.fits else None
+        out.append(RankResult(r, best, rank, found.evaluated))
     return out
 
 
