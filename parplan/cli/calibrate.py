@@ -10,6 +10,7 @@ import typer
 import yaml
 from rich.table import Table
 
+from parplan._yaml import read_yaml
 from parplan.cli._options import ClusterOpt, JsonOpt
 from parplan.cli._output import console, print_json
 from parplan.hardware import load_cluster
@@ -32,7 +33,7 @@ def calibrate_command(
         if cluster.lower() in preset_names():
             mapping = {"name": out.stem, "base": cluster.lower()}
         else:
-            mapping = yaml.safe_load(Path(cluster).read_text())
+            mapping = read_yaml(cluster)
         mapping["calibration"] = cal
         out.write_text(yaml.safe_dump(mapping, sort_keys=False, default_flow_style=None, width=4096))
     if json_out:

@@ -22,9 +22,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from parplan._resources import data_dir
+from parplan._yaml import read_yaml
 from parplan.errors import ConfigError, UnknownPresetError
 from parplan.hardware.spec import Calibration, ClusterSpec, GPUSpec, LinkSpec
 
@@ -38,14 +37,7 @@ def preset_names() -> list[str]:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise ConfigError(f"not valid YAML{where}: {getattr(e, 'problem', e)}", file=str(path)) from None
-    except OSError as e:
-        raise ConfigError(f"cannot read file ({e.strerror})", file=str(path)) from None
+    data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError("expected a mapping at the top level", file=str(path))
     return data

@@ -24,8 +24,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from parplan._yaml import read_yaml
 from parplan.errors import ConfigError
 from parplan.hardware.efficiency import NCCL_BASE_US
 from parplan.hardware.fit import fit_attention, fit_collectives, fit_gemm_curve, fit_memory
@@ -39,10 +38,7 @@ BANDWIDTH_MIN_BYTES = 256 * 2**20
 def read_profile(path: str | Path) -> tuple[dict[str, Any], ProfileSamples | None]:
     """(cluster mapping without `measurements`, the samples) of an existing profile file."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"not valid YAML: {getattr(e, 'problem', e)}", file=str(path)) from None
+    data = read_yaml(path) or {}
     if not isinstance(data, dict):
         raise ConfigError("expected a mapping at the top level", file=str(path))
     raw = data.pop("measurements", None)

@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from parplan._yaml import read_yaml
 from parplan.errors import ConfigError
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast")
@@ -188,12 +189,7 @@ def write_profile_samples(path: str | Path, profile: ProfileSamples, *,
 def read_profile_samples(path: str | Path) -> ProfileSamples:
     """The ``measurements:`` mapping of a profile file; other top-level keys are ignored."""
     file = str(path)
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as e:
-        raise ConfigError(f"cannot read file ({e.strerror})", file=file) from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"not valid YAML: {e}", file=file) from None
+    data = read_yaml(path)
     if not isinstance(data, dict) or not isinstance(data.get("measurements"), dict):
         raise ConfigError("expected a 'measurements' mapping", file=file, field="measurements")
     return profile_from_dict(data["measurements"], file=file)

@@ -42,8 +42,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from parplan._yaml import read_yaml
 from parplan.errors import ConfigError
 from parplan.models.spec import AttentionSpec, MLASpec, MLPSpec, ModelSpec, MoESpec
 
@@ -143,12 +142,5 @@ def model_from_yaml_dict(data: Any, *, name: str, file: str) -> ModelSpec:
 
 def load_model_yaml(path: str | Path, *, name: str | None = None) -> ModelSpec:
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise ConfigError(f"not valid YAML{where}: {getattr(e, 'problem', e)}", file=str(path)) from None
-    except OSError as e:
-        raise ConfigError(f"cannot read file ({e.strerror})", file=str(path)) from None
+    data = read_yaml(path)
     return model_from_yaml_dict(data, name=name or path.stem, file=str(path))

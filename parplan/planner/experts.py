@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-import yaml
 
+from parplan._yaml import parse_yaml
 from parplan.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------- EPLB
@@ -321,15 +321,6 @@ def _matrix(rows: list[tuple[str, list[object]]], file: str) -> np.ndarray:
     return out
 
 
-def _parse_yaml(text: str, file: str) -> object:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise ConfigError(f"not valid YAML{where}", file=file) from None
-
-
 def _parse_json(text: str, file: str) -> object:
     try:
         return json.loads(text)
@@ -337,8 +328,8 @@ def _parse_json(text: str, file: str) -> object:
         raise ConfigError(f"not valid JSON (line {e.lineno}): {e.msg}", file=file) from None
 
 
-_TREE_PARSERS: dict[str, Callable[[str, str], object]] = {".json": _parse_json, ".yaml": _parse_yaml,
-                                                          ".yml": _parse_yaml}
+_TREE_PARSERS: dict[str, Callable[[str, str], object]] = {".json": _parse_json, ".yaml": parse_yaml,
+                                                          ".yml": parse_yaml}
 
 
 def load_counts_file(path: str | Path) -> np.ndarray:

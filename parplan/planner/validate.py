@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from parplan._resources import data_dir
+from parplan._yaml import read_yaml
 from parplan.errors import ConfigError, ParplanError
 from parplan.hardware import load_cluster
 from parplan.models.presets import load_model_file
@@ -97,14 +97,7 @@ def _cluster_ref(name: str, runs_file: Path) -> str:
 def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
     """Read a runs file (the shipped published runs by default); model files resolve beside it."""
     path = Path(path) if path is not None else data_dir("runs") / "published_runs.yaml"
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise ConfigError(f"not valid YAML{where}", file=str(path)) from None
-    except OSError as e:
-        raise ConfigError(f"cannot read file ({e.strerror})", file=str(path)) from None
+    data = read_yaml(path)
     if not isinstance(data, list):
         raise ConfigError("expected a list of runs", file=str(path))
     runs = []
