@@ -17,11 +17,11 @@ A cluster file has the preset schema (see parplan/data/hardware/h100.yaml)::
 
 from __future__ import annotations
 
-import dataclasses
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from parplan._mapping import dataclass_from_mapping
 from parplan._resources import data_dir
 from parplan._yaml import read_yaml
 from parplan.errors import ConfigError, UnknownPresetError
@@ -51,46 +51,6 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
-
-
-def _spec(cls: type, raw: Any, file: str, section: str) -> Any:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"expected a mapping, got {raw!r}", file=file, field=section)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for key in raw:
-        if key not in fields:
-            raise ConfigError(f"unknown field; allowed: {', '.join(sorted(fields))}", file=file,
-                              field=f"{section}.{key}")
-    kw = {}
-    for name, f in fields.items():
-        if name not in raw:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ConfigError("required field is missing", file=file, field=f"{section}.{name}")
-            continue
-        value = raw[name]
-        kind = str(f.type)
-        bad = False
-        if kind in ("int",):
-            bad = isinstance(value, bool) or not isinstance(value, int)
-        elif kind in ("float", "float | None"):
-            bad = value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)))
-        elif kind == "str":
-            bad = not isinstance(value, str)
-        elif kind.startswith("dict"):
-            bad = not isinstance(value, dict) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values())
-        elif kind.startswith("tuple"):
-            size = kind.count(",") + 1
-            bad = not isinstance(value, (list, tuple)) or len(value) != size or not all(
-                isinstance(v, int) and not isinstance(v, bool) for v in value)
-            value = tuple(value) if not bad else value
-        if bad:
-            raise ConfigError(f"wrong type: {value!r}", file=file, field=f"{section}.{name}")
-        kw[name] = value
-    try:
-        return cls(**kw)
-    except ConfigError as e:
-        raise ConfigError(str(e), file=file, field=f"{section}.{e.field}" if e.field else section) from None
 
 
 def cluster_from_dict(data: dict[str, Any], *, file: str, gpus: int | None = None) -> ClusterSpec:
@@ -125,13 +85,13 @@ def cluster_from_dict(data: dict[str, Any], *, file: str, gpus: int | None = Non
     return ClusterSpec(
         name=str(data["name"]),
         description=str(data.get("description", "")),
-        gpu=_spec(GPUSpec, data["gpu"], file, "gpu"),
+        gpu=dataclass_from_mapping(GPUSpec, data["gpu"], file, "gpu"),
         gpus=total,
         gpus_per_node=gpn,
         scaleup_domain=domain,
-        scaleup=_spec(LinkSpec, data["scaleup"], file, "scaleup"),
-        scaleout=_spec(LinkSpec, data["scaleout"], file, "scaleout"),
-        calibration=_spec(Calibration, data.get("calibration") or {}, file, "calibration"),
+        scaleup=dataclass_from_mapping(LinkSpec, data["scaleup"], file, "scaleup"),
+        scaleout=dataclass_from_mapping(LinkSpec, data["scaleout"], file, "scaleout"),
+        calibration=dataclass_from_mapping(Calibration, data.get("calibration") or {}, file, "calibration"),
         sources={str(k): str(v) for k, v in sources.items()},
         measured=_measured(fits),
         source=file,

@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from parplan._mapping import dataclass_from_mapping
 from parplan._yaml import read_yaml
 from parplan.errors import ConfigError
 
@@ -219,28 +220,10 @@ def profile_from_dict(raw: Mapping[str, Any], *, file: str) -> ProfileSamples:
     return ProfileSamples(**header, **lists)
 
 
-_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
-
-
 def _sample(cls: type, row: Any, file: str, where: str) -> Any:
-    """One sample dataclass from its mapping, checking field names and scalar types."""
-    if not isinstance(row, dict):
-        raise ConfigError(f"expected a mapping, got {row!r}", file=file, field=where)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for key in row:
-        if key not in fields:
-            raise ConfigError(f"unknown field; allowed: {', '.join(fields)}", file=file, field=f"{where}.{key}")
-    for name, f in fields.items():
-        if name not in row:
-            if f.default is dataclasses.MISSING:
-                raise ConfigError("required field is missing", file=file, field=f"{where}.{name}")
-            continue
-        value = row[name]
-        kinds = _TYPES[str(f.type)]
-        # bool is an int in Python; only a bool field may hold one.
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            raise ConfigError(f"wrong type: {value!r}", file=file, field=f"{where}.{name}")
-    if cls is CollectiveSample and row["collective"] not in COLLECTIVES:
+    """One sample dataclass from its mapping; a collective sample must name a known collective."""
+    sample = dataclass_from_mapping(cls, row, file, where)
+    if cls is CollectiveSample and sample.collective not in COLLECTIVES:
         raise ConfigError(f"unknown collective; known: {', '.join(COLLECTIVES)}", file=file,
                           field=f"{where}.collective")
-    return cls(**{k: float(v) if str(fields[k].type) == "float" else v for k, v in row.items()})
+    return sample
