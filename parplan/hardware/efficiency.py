@@ -186,31 +186,50 @@ def _latency(cluster: ClusterSpec, kind: Collective, n: np.ndarray, g: np.ndarra
     return lat * 1e-6
 
 
-def collective_time(cluster: ClusterSpec, kind: Collective, nbytes: ArrayLike, ranks: ArrayLike,
-                    per_domain: ArrayLike, count: ArrayLike = 1) -> np.ndarray:
-    """Seconds to move S = `nbytes` in `count` equal collectives over `ranks` GPUs, `per_domain` of them in
-    each scale-up domain (1 when every member sits in a different node): count × latency plus the
-    bandwidth time of S. A group of one rank costs nothing."""
-    s = np.asarray(nbytes, dtype=float)
+def _group(ranks: ArrayLike, per_domain: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(n ranks, g of them per scale-up domain, k = n/g domains) of a group."""
     n = np.maximum(np.asarray(ranks, dtype=float), 1.0)
     g = np.clip(np.asarray(per_domain, dtype=float), 1.0, n)
-    k = n / g
-    shape = np.broadcast(g, s).shape
+    return n, g, n / g
+
+
+def link_bytes(kind: Collective, nbytes: ArrayLike, ranks: ArrayLike,
+               per_domain: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes over the scale-up link, bytes over the NIC) one GPU moves in a collective of S = `nbytes` in the
+    hierarchical model: rings inside the domain, then across domains on the 1/g share each GPU owns."""
+    s = np.asarray(nbytes, dtype=float)
+    n, g, k = _group(ranks, per_domain)
+    if kind is Collective.ALL_REDUCE:
+        return 2 * (g - 1) / g * s, 2 * (k - 1) / k * (s / g)
+    if kind in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
+        return (g - 1) / g * s, (k - 1) / k * (s / g)
+    if kind is Collective.ALL_TO_ALL:
+        return (g - 1) / n * s, (n - g) / n * s
+    # SEND_RECV: one peer, inside the domain when per_domain > 1
+    return np.where(g > 1, s, 0.0), np.where(g > 1, 0.0, s)
+
+
+def link_time(cluster: ClusterSpec, kind: Collective, inside_bytes: ArrayLike, across_bytes: ArrayLike,
+              ranks: ArrayLike, per_domain: ArrayLike, count: ArrayLike = 1) -> np.ndarray:
+    """Seconds of `count` collectives of `kind` whose busiest GPU moves `inside_bytes` over the scale-up link
+    and `across_bytes` over its NIC, both links running at once: count × NCCL latency plus the slower link.
+    A group of one rank costs nothing."""
+    n, g, k = _group(ranks, per_domain)
+    inside = np.asarray(inside_bytes, dtype=float)
+    shape = np.broadcast(g, inside).shape
     g_b = np.broadcast_to(g, shape)
     b_in = _scaleup_busbw(cluster, g_b, kind) * 1e9
     nvls = (kind is Collective.ALL_REDUCE) & (cluster.scaleup.allreduce_busbw_gbps is not None) & (g_b > 4)
     b_out = cluster.scaleout.busbw_gbps * 1e9
-    if kind is Collective.ALL_REDUCE:
-        inside = 2 * (g - 1) / g * s / b_in
-        across = 2 * (k - 1) / k * (s / g) / b_out
-    elif kind in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
-        inside = (g - 1) / g * s / b_in
-        across = (k - 1) / k * (s / g) / b_out
-    elif kind is Collective.ALL_TO_ALL:
-        inside = (g - 1) / n * s / b_in
-        across = (n - g) / n * s / b_out
-    else:  # SEND_RECV: one peer, inside the domain when per_domain > 1
-        inside = np.where(g > 1, s / b_in, 0.0)
-        across = np.where(g > 1, 0.0, s / b_out)
-    t = np.asarray(count, dtype=float) * _latency(cluster, kind, n, g, k, nvls) + np.maximum(inside, across)
+    t = (np.asarray(count, dtype=float) * _latency(cluster, kind, n, g, k, nvls)
+         + np.maximum(inside / b_in, np.asarray(across_bytes, dtype=float) / b_out))
     return np.where((n > 1) | (kind is Collective.SEND_RECV), t, 0.0)
+
+
+def collective_time(cluster: ClusterSpec, kind: Collective, nbytes: ArrayLike, ranks: ArrayLike,
+                    per_domain: ArrayLike, count: ArrayLike = 1) -> np.ndarray:
+    """Seconds to move S = `nbytes` in `count` equal collectives over `ranks` GPUs, `per_domain` of them in
+    each scale-up domain (1 when every member sits in a different node): count × latency plus the
+    bandwidth time of S (link_bytes over link_time)."""
+    inside, across = link_bytes(kind, nbytes, ranks, per_domain)
+    return link_time(cluster, kind, inside, across, ranks, per_domain, count)

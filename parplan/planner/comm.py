@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parplan.hardware.efficiency import Collective, collective_time
+from parplan.hardware.efficiency import Collective, collective_time, link_bytes, link_time
 from parplan.models.spec import LayerKind
 from parplan.planner import experts
 from parplan.planner.context import ACT_BYTES, Ctx
@@ -167,11 +167,10 @@ def expert_traffic(ctx: Ctx, bytes_per_elem: np.ndarray | float) -> ExpertTraffi
     assert moe is not None
     tokens = ctx.tokens_moe * ctx.straggler
     row = tokens * ctx.model.hidden * bytes_per_elem
-    e, g = ctx.e.astype(float), ctx.ep_domain
+    e = ctx.e.astype(float)
     copies = row * moe.top_k
     deepep = ctx.lay.dispatch != DISPATCHERS.index("alltoall")
-    alltoall_inter = copies * (e - g) / e
-    alltoall_intra = copies * (g - 1) / e
+    alltoall_intra, alltoall_inter = link_bytes(Collective.ALL_TO_ALL, copies, ctx.e, ctx.ep_domain)
     deepep_inter = row * np.where(ctx.ep_nodes > 1, remote_nodes_per_token(ctx), 0.0)
     deepep_intra = copies * (e - 1) / e
     return ExpertTraffic(inter_node=np.where(deepep, deepep_inter, alltoall_inter),
@@ -179,19 +178,8 @@ def expert_traffic(ctx: Ctx, bytes_per_elem: np.ndarray | float) -> ExpertTraffi
 
 
 def _a2a_time(ctx: Ctx, traffic: ExpertTraffic) -> np.ndarray:
-    latency = collective_time(ctx.cluster, Collective.ALL_TO_ALL, 0.0, ctx.e, ctx.ep_domain)
-    bw_in = _scaleup_bw(ctx)
-    return np.where(ctx.e > 1, latency + np.maximum(traffic.inter_node / (ctx.cluster.scaleout.busbw_gbps * 1e9),
-                                                    traffic.intra_node / bw_in), 0.0)
-
-
-def _scaleup_bw(ctx: Ctx) -> np.ndarray:
-    """NVLink bytes/s of one GPU in an all-to-all among `ep_domain` GPUs (a mesh subset gets its links only)."""
-    link = ctx.cluster.scaleup
-    bw = np.full(len(ctx.lay), link.busbw_gbps * 1e9)
-    if link.per_peer_gbps:
-        bw = bw * np.minimum(1.0, (ctx.ep_domain - 1) * link.per_peer_gbps / link.bandwidth_gbps)
-    return np.maximum(bw, 1.0)
+    return link_time(ctx.cluster, Collective.ALL_TO_ALL, traffic.intra_node, traffic.inter_node, ctx.e,
+                     ctx.ep_domain)
 
 
 def ep_layer(ctx: Ctx, compute_f: np.ndarray, compute_b: np.ndarray, shared_f: np.ndarray,

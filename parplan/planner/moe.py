@@ -106,7 +106,9 @@ def moe_section(model: ModelSpec, cluster: ClusterSpec, est: Estimate,
     nodes = int(ctx.ep_nodes[0])
     limited = moe.n_group > 1 and moe.topk_group < moe.n_group and nodes > 1
     slots = moe.experts + s.redundant_experts
-    tokens_per_expert = float(ctx.tokens_moe[0] * s.etp * s.ep * moe.top_k / slots * ctx.straggler[0])
+    # The rows each local expert's GEMMs get: read off the very shapes the compute model times.
+    tokens_per_expert = next(float(np.asarray(m).ravel()[0]) for lin, m, _, _, _ in
+                             compute.gemm_shapes(ctx, LayerKind.MOE) if lin.block is Block.EXPERTS)
     expert_tflops, expert_eff = _efficiency(ctx, {Block.EXPERTS}, inside=True)
     _, dense_eff = _efficiency(ctx, {Block.EXPERTS, Block.ROUTER}, inside=False)
     replica_gib = 0.0
