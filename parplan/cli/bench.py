@@ -18,6 +18,7 @@ from parplan.cli._output import console, err_console, print_json
 from parplan.errors import ConfigError
 from parplan.hardware import load_cluster
 from parplan.hardware.samples import ProfileSamples
+from parplan.planner.api import parse_doubling_spec, parse_int_spec
 
 app = typer.Typer(help="Measure this machine (torch): GEMMs, attention, memory, collectives.",
                   no_args_is_help=True)
@@ -62,14 +63,7 @@ def _sizes(text: str) -> list[int]:
         scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(token[-1:], 1)
         return int(float(token.rstrip("KMG")) * scale)
 
-    if ".." in text:
-        lo, hi = (parse(x) for x in text.split("..", 1))
-        out = []
-        while lo <= hi:
-            out.append(lo)
-            lo *= 2
-        return out
-    return [parse(x) for x in text.split(",") if x.strip()]
+    return parse_doubling_spec(text, parse)
 
 
 @app.command("gemm")
@@ -91,7 +85,7 @@ def bench_gemm(
 
     spec = load_cluster(cluster)
     dtypes = [d.strip() for d in dtype.split(",")]
-    shapes = default_gemm_shapes(load_model(model), tp, [int(t) for t in tokens.split(",")])
+    shapes = default_gemm_shapes(load_model(model), tp, list(parse_int_spec(tokens, "tokens") or ()))
     env = environment(device)
     on_cpu = env["device"] == "cpu"
     if on_cpu:
@@ -135,7 +129,7 @@ def bench_attention(
     from parplan.hardware.fit import attention_flops
 
     env = environment(device)
-    lengths = [int(x) for x in seq.split(",")]
+    lengths = list(parse_int_spec(seq, "seq") or ())
     if env["device"] == "cpu":
         lengths = [s for s in lengths if s <= 1024] or [256]
         heads = min(heads, 4)

@@ -17,9 +17,9 @@ from parplan.errors import ConfigError, NoFeasiblePlanError
 from parplan.export import Launch, export, framework_mask
 from parplan.hardware import load_cluster
 from parplan.models import load_model
-from parplan.planner.api import space_from_options, why_better
+from parplan.planner.api import gpu_counts, space_from_options, why_better
 from parplan.planner.estimate import Estimate
-from parplan.planner.search import OBJECTIVES, PlanResult, gpu_counts, plan_or_raise
+from parplan.planner.search import OBJECTIVES, PlanResult, plan_or_raise
 from parplan.planner.strategy import Layouts, Strategy
 from parplan.planner.workload import parse_expert_load
 

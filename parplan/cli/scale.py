@@ -13,9 +13,8 @@ from parplan.cli.explain import layout_text
 from parplan.errors import NoFeasiblePlanError
 from parplan.hardware import load_cluster
 from parplan.models import load_model
-from parplan.planner.api import space_from_options
+from parplan.planner.api import gpu_counts, space_from_options
 from parplan.planner.scaling import scale, thresholds
-from parplan.planner.search import gpu_counts
 from parplan.planner.workload import parse_expert_load
 from parplan.plots import plot_scaling
 

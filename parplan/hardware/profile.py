@@ -113,18 +113,11 @@ def _fit_links(base: ClusterSpec, samples: ProfileSamples, fields: dict[str, dic
             "alpha_us": lat.alpha_us, "busbw_gbps": bw.busbw_gbps, "rms_rel_error": lat.rms_rel_error,
             "bandwidth_rms_rel_error": bw.rms_rel_error}
     sets = []
-    if ring:
-        fields["scaleup"]["busbw_gbps"] = statistics.median(ring)
-        sets.append("scaleup.busbw_gbps")
-    if nvls:
-        fields["scaleup"]["allreduce_busbw_gbps"] = statistics.median(nvls)
-        sets.append("scaleup.allreduce_busbw_gbps")
-    if steps:
-        fields["scaleup"]["ring_step_us"] = statistics.median(steps)
-        sets.append("scaleup.ring_step_us")
-    if nic:
-        fields["scaleout"]["busbw_gbps"] = statistics.median(nic)
-        sets.append("scaleout.busbw_gbps")
+    for values, section, key in ((ring, "scaleup", "busbw_gbps"), (nvls, "scaleup", "allreduce_busbw_gbps"),
+                                 (steps, "scaleup", "ring_step_us"), (nic, "scaleout", "busbw_gbps")):
+        if values:
+            fields[section][key] = statistics.median(values)
+            sets.append(f"{section}.{key}")
     if "collectives" in reports:
         reports["collectives"]["sets"] = sets
 

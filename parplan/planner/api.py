@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 from parplan.errors import ConfigError
@@ -28,6 +29,24 @@ def parse_int_spec(text: str | int | tuple[int, ...] | None, name: str) -> tuple
         return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise ConfigError(f"expected a value, a list (1,2,4) or a range (1..16), got {text!r}", field=name) from None
+
+
+def parse_doubling_spec(text: str, parse: Callable[[str], int] = int) -> list[int]:
+    """'256..4096' (the first value doubled until the last), '8,16,64', or '512'; `parse` reads one value.
+    Raises ValueError on a malformed value."""
+    if ".." in text:
+        lo, hi = (parse(x) for x in text.split("..", 1))
+        out = []
+        while lo <= hi:
+            out.append(lo)
+            lo *= 2
+        return out
+    return [parse(x) for x in text.split(",") if x.strip()]
+
+
+def gpu_counts(spec: str) -> list[int]:
+    """GPU counts of `plan --gpus` and `scale --gpus`: '256..4096' (powers of two), '8,16,64', or '512'."""
+    return parse_doubling_spec(spec)
 
 
 def _choices(text: str | tuple[str, ...] | None, options: tuple[str, ...], name: str) -> tuple[str, ...] | None:

@@ -460,16 +460,3 @@ def plan_or_raise(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int,
         f"of the {result.evaluated:,} valid layouts needs is {need:.1f} GiB "
         f"({result.least_memory.strategy.as_dict(cluster.gpus)}). Least memory with each lever: "
         + ("; ".join(helps) if helps else "none left to open") + ".")
-
-
-def gpu_counts(spec: str) -> list[int]:
-    """'256..4096' (powers of two between), '8,16,64', or '512'."""
-    if ".." in spec:
-        lo, hi = (int(x) for x in spec.split("..", 1))
-        out = []
-        n = lo
-        while n <= hi:
-            out.append(n)
-            n *= 2
-        return out
-    return [int(x) for x in spec.split(",") if x.strip()]
