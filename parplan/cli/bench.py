@@ -13,9 +13,9 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from parplan._input import read_text
 from parplan.cli._options import JsonOpt
 from parplan.cli._output import console, err_console, print_json
-from parplan.errors import ConfigError
 from parplan.hardware import load_cluster
 from parplan.hardware.samples import ProfileSamples
 from parplan.planner.api import parse_doubling_spec, parse_int_spec
@@ -240,10 +240,7 @@ def import_nccl_tests(
     samples = []
     version = None
     for log in logs:
-        try:
-            text = log.read_text()
-        except OSError as e:
-            raise ConfigError(f"cannot read file ({e.strerror})", file=str(log)) from None
+        text = read_text(log, errors="replace")
         samples += parse_nccl_tests(text, source=str(log), collective=collective, ranks=ranks,
                                     ranks_per_node=ranks_per_node)
         version = version or nccl_version(text)

@@ -10,7 +10,7 @@ import typer
 import yaml
 from rich.table import Table
 
-from parplan._yaml import read_yaml
+from parplan._input import read_yaml
 from parplan.cli._options import ClusterOpt, JsonOpt
 from parplan.cli._output import console, print_json
 from parplan.hardware import load_cluster

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from parplan._input import read_json
 from parplan.cli._options import JsonOpt
 from parplan.cli._output import console, print_json, print_text
 from parplan.errors import ConfigError
@@ -21,12 +21,7 @@ _FIELDS = {f.name for f in dataclasses.fields(Strategy)}
 
 
 def _read_plan(path: Path, index: int) -> dict[str, Any]:
-    try:
-        doc = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"not valid JSON (line {e.lineno}: {e.msg})", file=str(path)) from None
-    except OSError as e:
-        raise ConfigError(f"cannot read file ({e.strerror})", file=str(path)) from None
+    doc = read_json(path)
     if isinstance(doc, dict) and "plans" in doc:
         plans = doc["plans"]
         if not isinstance(plans, list) or not plans:

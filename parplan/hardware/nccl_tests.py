@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from parplan._input import read_text
 from parplan.errors import ConfigError
 from parplan.hardware.samples import COLLECTIVES, CollectiveSample, busbw_factor
 
@@ -107,10 +108,7 @@ def parse_nccl_tests(text: str, *, source: str = "", collective: str | None = No
 def parse_nccl_tests_file(path: str | Path, *, collective: str | None = None, ranks: int | None = None,
                           ranks_per_node: int | None = None) -> list[CollectiveSample]:
     """`parse_nccl_tests` of a file; the path is the samples' source and the errors' file."""
-    try:
-        text = Path(path).read_text(errors="replace")
-    except OSError as e:
-        raise ConfigError(f"cannot read file ({e.strerror})", file=str(path)) from None
+    text = read_text(path, errors="replace")
     return parse_nccl_tests(text, source=str(path), collective=collective, ranks=ranks,
                             ranks_per_node=ranks_per_node)
 

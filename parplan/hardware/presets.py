@@ -21,9 +21,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from parplan._input import read_yaml
 from parplan._mapping import dataclass_from_mapping
 from parplan._resources import data_dir
-from parplan._yaml import read_yaml
 from parplan.errors import ConfigError, UnknownPresetError
 from parplan.hardware.spec import Calibration, ClusterSpec, GPUSpec, LinkSpec
 

@@ -24,7 +24,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from parplan._yaml import read_yaml
+from parplan._input import read_yaml
 from parplan.errors import ConfigError
 from parplan.hardware.efficiency import NCCL_BASE_US
 from parplan.hardware.fit import fit_attention, fit_collectives, fit_gemm_curve, fit_memory

@@ -28,8 +28,8 @@ from typing import Any
 
 import yaml
 
+from parplan._input import read_yaml
 from parplan._mapping import dataclass_from_mapping
-from parplan._yaml import read_yaml
 from parplan.errors import ConfigError
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast")

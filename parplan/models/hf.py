@@ -7,11 +7,11 @@ configuration classes). Both the old keys (`rope_scaling`, `torch_dtype`) and th
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from parplan._input import read_json
 from parplan.errors import ConfigError, UnsupportedModelError
 from parplan.models.spec import AttentionSpec, MLASpec, MLPSpec, ModelSpec, MoESpec
 
@@ -342,11 +342,5 @@ def model_from_hf_dict(data: dict[str, Any], *, name: str, file: str = "<config>
 def load_hf_config(path: str | Path, *, name: str | None = None) -> ModelSpec:
     """Read a config.json file; the model is named after the file unless `name` is given."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})",
-                          file=str(path)) from None
-    except OSError as e:
-        raise ConfigError(f"cannot read file ({e.strerror})", file=str(path)) from None
+    data = read_json(path)
     return model_from_hf_dict(data, name=name or path.stem, file=str(path))

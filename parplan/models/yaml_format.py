@@ -42,7 +42,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from parplan._yaml import read_yaml
+from parplan._input import read_yaml
 from parplan.errors import ConfigError
 from parplan.models.spec import AttentionSpec, MLASpec, MLPSpec, ModelSpec, MoESpec
 

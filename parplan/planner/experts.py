@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import heapq
 import io
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from parplan._yaml import parse_yaml
+from parplan._input import parse_json, parse_yaml, read_text
 from parplan.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------- EPLB
@@ -321,14 +320,7 @@ def _matrix(rows: list[tuple[str, list[object]]], file: str) -> np.ndarray:
     return out
 
 
-def _parse_json(text: str, file: str) -> object:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"not valid JSON (line {e.lineno}): {e.msg}", file=file) from None
-
-
-_TREE_PARSERS: dict[str, Callable[[str, str], object]] = {".json": _parse_json, ".yaml": parse_yaml,
+_TREE_PARSERS: dict[str, Callable[[str, str], object]] = {".json": parse_json, ".yaml": parse_yaml,
                                                           ".yml": parse_yaml}
 
 
@@ -344,10 +336,7 @@ def load_counts_file(path: str | Path) -> np.ndarray:
     suffix = path.suffix.lower()
     if suffix != ".csv" and suffix not in _TREE_PARSERS:
         raise ConfigError("expected a .csv, .json, .yaml or .yml file of expert counts", file=file)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError(f"cannot read file ({e.strerror})", file=file) from None
+    text = read_text(path)
     rows = _csv_rows(text) if suffix == ".csv" else _tree_rows(_TREE_PARSERS[suffix](text, file), file)
     return _matrix(rows, file)
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from parplan._input import read_yaml
 from parplan._resources import data_dir
-from parplan._yaml import read_yaml
 from parplan.errors import ConfigError, ParplanError
 from parplan.hardware import load_cluster
 from parplan.models.presets import load_model_file
