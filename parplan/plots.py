@@ -124,17 +124,6 @@ def _figure(figsize: tuple[float, float]) -> Figure:
     return Figure(figsize=figsize, layout="constrained")
 
 
-def _layout_text(est: Estimate) -> str:
-    """The layout in one line: parallel degrees that are not 1, then batch, sequence and the switches."""
-    s = est.strategy
-    degrees = [f"tp={s.tp}", f"pp={s.pp}", f"dp={s.dp(est.gpus)}"]
-    degrees += [f"{name}={value}" for name, value in (("cp", s.cp), ("ep", s.ep), ("etp", s.etp), ("vpp", s.vpp))
-                if value != 1]
-    rest = [f"zero={s.zero}", "sp" if s.sp else "no-sp", f"recompute={s.recompute}", f"mbs={s.mbs}",
-            f"gbs={s.gbs}", f"seq={s.seq}", s.schedule, s.precision]
-    return " ".join(degrees + rest)
-
-
 def _time_panel(ax: Axes, est: Estimate) -> None:
     """Seconds per step by component: the exposed part (what the step waits for) solid, the part hidden
     behind compute hatched after it."""
@@ -183,7 +172,7 @@ def plot_estimate(est: Estimate, path: str) -> None:
     """PNG of one layout: time per step by component (left) and memory per pipeline rank (right)."""
     fig = _figure((14, 6))
     ax_time, ax_mem = fig.subplots(1, 2, width_ratios=(1.3, 1))
-    fig.suptitle(f"{est.model} on {est.gpus}× {est.cluster}: {_layout_text(est)}\n"
+    fig.suptitle(f"{est.model} on {est.gpus}× {est.cluster}: {est.strategy.describe(est.gpus)}\n"
                  f"{est.step_time_s:.3g} s/step, {est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {est.mfu:.1%}, "
                  f"{est.required_gib:.1f} of {est.capacity_gib:g} GiB needed", fontsize=12)
     _time_panel(ax_time, est)

@@ -121,32 +121,12 @@ def schedule_timeline(est: Estimate) -> Timeline | None:
                     t_w=factor * slowest["wgrad_s"])
 
 
-def layout_text(s: Strategy, gpus: int) -> str:
-    parts = [f"tp={s.tp}", f"pp={s.pp}", f"dp={s.dp(gpus)}"]
-    for name, value, default in (("cp", s.cp, 1), ("ep", s.ep, 1), ("etp", s.etp, 1), ("vpp", s.vpp, 1)):
-        if value != default:
-            parts.append(f"{name}={value}")
-    parts += [f"zero={s.zero}", "sp" if s.sp else "no-sp", f"recompute={s.recompute}", f"mbs={s.mbs}",
-              f"gbs={s.gbs}", f"seq={s.seq}", s.schedule, s.precision]
-    if not s.flash_attention:
-        parts.append("unfused-attention")
-    if s.tp_overlap:
-        parts.append("tp-overlap")
-    if s.dispatch != "alltoall":
-        parts.append(s.dispatch)
-    if s.redundant_experts:
-        parts.append(f"redundant-experts={s.redundant_experts}")
-    if s.ep_overlap:
-        parts.append("ep-overlap")
-    return " ".join(parts)
-
-
 def show_estimate(est: Estimate, sentence: str, moe: MoESection | None = None) -> None:
     """Rich tables for one estimate."""
     console.print(kv_table(
         f"{est.model} on {est.gpus}× {est.cluster}",
         [
-            ("layout", layout_text(est.strategy, est.gpus)),
+            ("layout", est.strategy.describe(est.gpus)),
             ("step time", f"{est.step_time_s:.3f} s"),
             ("throughput", f"{est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU ({est.tokens_per_s:,.0f} tokens/s)"),
             ("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}"),

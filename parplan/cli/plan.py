@@ -12,7 +12,6 @@ from rich.table import Table
 
 from parplan.cli._options import ClusterOpt, ExpertLoadOpt, JsonOpt, ModelOpt, SeqOpt
 from parplan.cli._output import console, err_console, print_json, print_text
-from parplan.cli.explain import layout_text
 from parplan.errors import ConfigError, NoFeasiblePlanError
 from parplan.export import Launch, export, framework_mask
 from parplan.hardware import load_cluster
@@ -242,7 +241,7 @@ def _show_sizes(results: list[tuple[int, PlanResult]], tokens: float | None, day
         table.add_column(col, justify="left" if col == "layout" else "right")
     for n, r in results:
         e = r.plans[0]
-        row = [str(n), layout_text(e.strategy, n), f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.tokens_per_s:,.0f}",
+        row = [str(n), e.strategy.describe(n), f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.tokens_per_s:,.0f}",
                f"{e.mfu:.1%}", f"{e.required_gib:.1f}"]
         if tokens:
             row.append(f"{_days(tokens, e):.1f}")

@@ -9,7 +9,6 @@ from rich.table import Table
 
 from parplan.cli._options import ClusterOpt, ExpertLoadOpt, JsonOpt, ModelOpt, SeqOpt
 from parplan.cli._output import console, print_json
-from parplan.cli.explain import layout_text
 from parplan.errors import NoFeasiblePlanError
 from parplan.hardware import load_cluster
 from parplan.models import load_model
@@ -67,7 +66,7 @@ def scale_command(
             continue
         table.add_row(str(p.gpus), f"{p.best.tokens_per_s:,.0f}", f"{p.best.tokens_per_s_per_gpu:,.1f}",
                       f"{p.speedup:.2f}×", f"{p.ideal:.0f}×", f"{p.efficiency:.0%}",
-                      layout_text(p.best.strategy, p.gpus), _short(p.bottleneck))
+                      p.best.strategy.describe(p.gpus), _short(p.bottleneck))
     console.print(table)
     words = [f"falls below {label} at {marks[level]} GPUs" if marks[level] else f"stays above {label}"
              for level, label in ((0.9, "90%"), (0.7, "70%"))]

@@ -9,7 +9,6 @@ from rich.table import Table
 
 from parplan.cli._options import JsonOpt
 from parplan.cli._output import console, print_json
-from parplan.cli.explain import layout_text
 from parplan.planner.validate import RankResult, load_runs, rank_runs, summarize, validate_runs
 
 
@@ -92,5 +91,5 @@ def _show_ranks(ranks: list[RankResult], json_out: bool) -> None:
         table.add_row(k.result.run.id, f"{k.result.predicted:,.1f}",
                       f"{best.tokens_per_s_per_gpu:,.1f}" if best else "-", _pct(k.gap),
                       "does not fit" if k.rank is None else f"{k.rank:,} of {k.searched:,}",
-                      layout_text(best.strategy, best.gpus) if best else "nothing fits")
+                      best.strategy.describe(best.gpus) if best else "nothing fits")
     console.print(table)

@@ -86,11 +86,8 @@ def first_unsupported(rules: Iterable[Support], strategy: Strategy, model: Model
 
 def describe(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> str:
     """One-line summary of the layout for file headers."""
-    dp = s.dp(cluster.gpus)
-    micro = s.gbs // (dp * s.mbs)
-    return (f"{model.name} on {cluster.gpus} x {cluster.gpu.name}: tp={s.tp} pp={s.pp} vpp={s.vpp} cp={s.cp} "
-            f"ep={s.ep} etp={s.etp} dp={dp} zero={s.zero} mbs={s.mbs} gbs={s.gbs} ({micro} micro-batches) "
-            f"seq={s.seq} schedule={s.schedule} recompute={s.recompute} precision={s.precision}")
+    micro = s.gbs // (s.dp(cluster.gpus) * s.mbs)
+    return f"{model.name} on {cluster.gpus} x {cluster.gpu.name}: {s.describe(cluster.gpus)} ({micro} micro-batches)"
 
 
 Flag = tuple[str, ...]

@@ -91,6 +91,20 @@ class Strategy:
     def dp(self, gpus: int) -> int:
         return gpus // (self.tp * self.pp * self.cp)
 
+    def describe(self, gpus: int) -> str:
+        """The layout in one line: parallel degrees (those that are not 1 beyond tp, pp, dp), then the batch,
+        the sequence and every switch that is not its default."""
+        parts = [f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp(gpus)}"]
+        parts += [f"{name}={value}" for name, value in (("cp", self.cp), ("ep", self.ep), ("etp", self.etp),
+                                                          ("vpp", self.vpp)) if value != 1]
+        parts += [f"zero={self.zero}", "sp" if self.sp else "no-sp", f"recompute={self.recompute}",
+                  f"mbs={self.mbs}", f"gbs={self.gbs}", f"seq={self.seq}", self.schedule, self.precision]
+        flags = (("unfused-attention", not self.flash_attention), ("tp-overlap", self.tp_overlap),
+                 (self.dispatch, self.dispatch != "alltoall"),
+                 (f"redundant-experts={self.redundant_experts}", self.redundant_experts > 0),
+                 ("ep-overlap", self.ep_overlap))
+        return " ".join(parts + [text for text, on in flags if on])
+
     def as_dict(self, gpus: int | None = None) -> dict[str, object]:
         d = dataclasses.asdict(self)
         if gpus is not None:
