@@ -112,11 +112,10 @@ def schedule_timeline(est: Estimate) -> Timeline | None:
     if s.pp == 1:
         return None
     slowest = max(est.stages, key=lambda st: st["microbatch_s"])
-    m = s.gbs // (s.dp(est.gpus) * s.mbs)
     # DualPipe keeps two stages per rank and runs each micro-batch through one of them: the simulator takes
     # a rank's whole share per micro-batch, which is the full-stage time (twice the half-work per micro-batch).
     factor = 2.0 if s.schedule == "dualpipe" else 1.0
-    return simulate(s.schedule, s.pp, m, v=s.vpp if s.schedule == "interleaved" else 1,
+    return simulate(s.schedule, s.pp, s.microbatches(est.gpus), v=s.vpp if s.schedule == "interleaved" else 1,
                     t_f=factor * slowest["forward_s"], t_b=factor * slowest["backward_s"],
                     t_w=factor * slowest["wgrad_s"])
 

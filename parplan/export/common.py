@@ -86,8 +86,8 @@ def first_unsupported(rules: Iterable[Support], strategy: Strategy, model: Model
 
 def describe(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> str:
     """One-line summary of the layout for file headers."""
-    micro = s.gbs // (s.dp(cluster.gpus) * s.mbs)
-    return f"{model.name} on {cluster.gpus} x {cluster.gpu.name}: {s.describe(cluster.gpus)} ({micro} micro-batches)"
+    return (f"{model.name} on {cluster.gpus} x {cluster.gpu.name}: {s.describe(cluster.gpus)} "
+            f"({s.microbatches(cluster.gpus)} micro-batches)")
 
 
 Flag = tuple[str, ...]

@@ -79,8 +79,7 @@ RULES: tuple[Support, ...] = (
 
 
 def ds_config(cluster: ClusterSpec, s: Strategy) -> dict[str, object]:
-    """The DeepSpeed JSON; `dp` is the data-parallel world DeepSpeed gets from Megatron's mpu."""
-    dp = s.dp(cluster.gpus)
+    """The DeepSpeed JSON (its data-parallel world, gpus / (tp·pp), comes from Megatron's mpu)."""
     zero: dict[str, object] = {"stage": s.zero}
     if s.zero >= 1:
         zero.update(contiguous_gradients=True, overlap_comm=True, reduce_scatter=True, reduce_bucket_size=_BUCKET)
@@ -94,7 +93,7 @@ def ds_config(cluster: ClusterSpec, s: Strategy) -> dict[str, object]:
     return {
         "train_batch_size": s.gbs,
         "train_micro_batch_size_per_gpu": s.mbs,
-        "gradient_accumulation_steps": s.gbs // (s.mbs * dp),
+        "gradient_accumulation_steps": s.microbatches(cluster.gpus),
         "gradient_clipping": 1.0,
         "bf16": {"enabled": True},
         "zero_optimization": zero,
@@ -140,7 +139,7 @@ def launch(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> Launch:
     )
     notes = [
         f"train_batch_size = train_micro_batch_size_per_gpu x gradient_accumulation_steps x dp = {s.mbs} x "
-        f"{s.gbs // (s.mbs * s.dp(cluster.gpus))} x {s.dp(cluster.gpus)}, dp = gpus / (tp·pp)",
+        f"{s.microbatches(cluster.gpus)} x {s.dp(cluster.gpus)}, dp = gpus / (tp·pp)",
         "the tensor- and pipeline-parallel degrees are launcher arguments (Megatron's mpu, PipelineModule "
         "num_stages), not JSON keys",
         "model-definition arguments differ from Megatron-LM's (e.g. --num-key-value-heads); take them from "

@@ -231,7 +231,7 @@ def launch(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> Launch:
         flags.append(("--fp8-format", "hybrid"))
         notes.append("--fp8-recipe is left at Megatron's default (delayed; core_v0.12+ also offers tensorwise, "
                      "mxfp8 and blockwise)")
-    microbatches = s.gbs // (s.dp(cluster.gpus) * s.mbs)
+    microbatches = s.microbatches(cluster.gpus)
     if s.schedule == "interleaved" and microbatches % s.pp:
         notes.append(f"{microbatches} micro-batches is not a multiple of pp={s.pp}: releases before the "
                      f"--microbatch-group-size-per-virtual-pipeline-stage option refuse this interleaved run")

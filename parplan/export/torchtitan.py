@@ -179,7 +179,7 @@ def head_overrides(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> list[
     out += [f"--parallelism.tensor_parallel_degree {s.tp}", f"--parallelism.pipeline_parallel_degree {s.pp}"]
     if s.pp > 1:
         out += [f"--parallelism.pipeline_parallel_schedule {_SCHEDULE[s.schedule]}",
-                f"--parallelism.num_pp_microbatches {s.gbs // (dp * s.mbs)}"]
+                f"--parallelism.num_pp_microbatches {s.microbatches(cluster.gpus)}"]
     out.append(f"--parallelism.context_parallel_degree {s.cp}")
     if model.moe:
         out.append(f"--parallelism.expert_parallel_degree {s.ep}")

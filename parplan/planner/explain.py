@@ -18,7 +18,7 @@ def bottleneck(est: Estimate, cluster: ClusterSpec) -> str:
     """The main bottleneck of `est` and what to change, in one sentence."""
     s = est.strategy
     dp = s.dp(est.gpus)
-    m = s.gbs // max(1, dp * s.mbs)
+    m = s.microbatches(est.gpus)
     dom = cluster.scaleup_domain
     if not est.fits:
         return (f"Does not fit: the most loaded GPU needs {est.required_gib:.1f} GiB of {est.capacity_gib:g} GiB "

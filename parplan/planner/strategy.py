@@ -91,6 +91,10 @@ class Strategy:
     def dp(self, gpus: int) -> int:
         return gpus // (self.tp * self.pp * self.cp)
 
+    def microbatches(self, gpus: int) -> int:
+        """Micro-batches each pipeline runs per step: gbs / (dp·mbs)."""
+        return self.gbs // max(1, self.dp(gpus) * self.mbs)
+
     def describe(self, gpus: int) -> str:
         """The layout in one line: parallel degrees (those that are not 1 beyond tp, pp, dp), then the batch,
         the sequence and every switch that is not its default."""
@@ -109,7 +113,7 @@ class Strategy:
         d = dataclasses.asdict(self)
         if gpus is not None:
             d["dp"] = self.dp(gpus)
-            d["microbatches"] = self.gbs // max(1, self.dp(gpus) * self.mbs)
+            d["microbatches"] = self.microbatches(gpus)
         return d
 
     def check(self, model: ModelSpec, cluster: ClusterSpec) -> None:
@@ -268,7 +272,7 @@ RULES: tuple[Rule, ...] = (
          lambda lay, m, c: ~_sched(lay, "interleaved") | (lay.microbatches(c.gpus) % lay.pp == 0),
          lambda s, m, c: f"the interleaved schedule needs the micro-batch count to be a multiple of pp={s.pp} "
                          f"(Megatron groups micro-batches by pp; a partial group adds bubble), got "
-                         f"{s.gbs // max(1, s.dp(c.gpus) * s.mbs)}"),
+                         f"{s.microbatches(c.gpus)}"),
     Rule("dualpipe_even_pp", lambda lay, m, c: ~_sched(lay, "dualpipe") | (lay.pp % 2 == 0),
          lambda s, m, c: f"DualPipe needs an even pp, got {s.pp}"),
     Rule("dualpipe_microbatches",
@@ -277,7 +281,7 @@ RULES: tuple[Rule, ...] = (
             & (~_sched(lay, "dualpipe") | (lay.microbatches(c.gpus) % 2 == 0))),
          lambda s, m, c: f"{s.schedule} needs at least 2·pp = {2 * s.pp} micro-batches"
                          f"{' (an even number)' if s.schedule == 'dualpipe' else ''}, got "
-                         f"{s.gbs // max(1, s.dp(c.gpus) * s.mbs)}"),
+                         f"{s.microbatches(c.gpus)}"),
     Rule("fp8_supported", lambda lay, m, c: (lay.precision == 0) | c.gpu.supports_fp8,
          lambda s, m, c: f"{c.gpu.name} has no fp8 tensor cores; use precision bf16"),
     Rule("dispatch_needs_moe", lambda lay, m, c: (lay.dispatch == 0) | (m.moe is not None),
