@@ -280,3 +280,20 @@ def test_korthikanti_runs_error(validation):
     """The 8 runs of Korthikanti et al. Table 5 (regression guard; the README states the current mean)."""
     errs = [abs(r.throughput_error) for r in validation if r.run.group == "korthikanti22"]
     assert len(errs) == 8 and np.mean(errs) <= 0.10
+
+
+def test_run_dropout_setting_applies_to_its_model(tmp_path):
+    """A run's `dropout` (a training flag, Megatron --attention-dropout) overrides the model file's; a
+    non-boolean value is a config error naming the field."""
+    from parplan.errors import ConfigError
+    from parplan.planner.validate import load_runs
+
+    runs = {r.id: r for r in load_runs()}
+    sp = runs["korthikanti22_22b_seqpar_selective"]
+    assert sp.dropout is True and sp.model().dropout
+    assert runs["bloom_176b_384gpu"].dropout is None
+    bad = tmp_path / "runs.yaml"
+    bad.write_text("- id: x\n  dropout: 0.1\n  strategy: {tp: 1}\n  batch: {gbs: 8, seq: 2048}\n"
+                   "  measured: {tokens_per_s_per_gpu: 1.0}\n  model: m.json\n  cluster: h100\n  gpus: 8\n")
+    with pytest.raises(ConfigError, match="dropout"):
+        load_runs(bad)

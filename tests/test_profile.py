@@ -67,7 +67,7 @@ def test_calibrate_recovers_a_known_compute_scale():
     truth = dataclasses.replace(cluster, calibration=Calibration(compute_scale=0.8))
     synthetic = []
     for r in runs:
-        model = load_model(str(r.model_file))
+        model = r.model()
         measured = evaluate(model, truth.with_gpus(r.gpus), r.strategy).tokens_per_s_per_gpu
         synthetic.append(dataclasses.replace(r, tokens_per_s_per_gpu=measured))
     result = calibrate(synthetic, cluster)

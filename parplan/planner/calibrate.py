@@ -14,7 +14,6 @@ from scipy.optimize import least_squares
 
 from parplan.errors import ConfigError, ParplanError
 from parplan.hardware.spec import Calibration, ClusterSpec
-from parplan.models.presets import load_model_file
 from parplan.planner.estimate import evaluate
 from parplan.planner.validate import PublishedRun
 
@@ -56,7 +55,7 @@ def calibrate(runs: list[PublishedRun], cluster: ClusterSpec) -> CalibrationResu
     """Knobs that best reproduce the runs' throughput on `cluster` (every run is taken to use it)."""
     if not runs:
         raise ConfigError("no runs to calibrate on", field="runs")
-    models = [load_model_file(r.model_file) for r in runs]
+    models = [r.model() for r in runs]
     start = cluster.calibration
     try:
         before = _errors(runs, models, cluster, start)

@@ -7,7 +7,7 @@ the same `evaluate` users call; no per-run factor exists anywhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from parplan._resources import data_dir
 from parplan.errors import ConfigError, ParplanError
 from parplan.hardware import load_cluster
 from parplan.models.presets import load_model_file
+from parplan.models.spec import ModelSpec
 from parplan.planner.estimate import Estimate, evaluate
 from parplan.planner.search import SearchSpace, plan
 from parplan.planner.strategy import Strategy
@@ -43,6 +44,14 @@ class PublishedRun:
     """Which rank the measured memory is from: 'peak' (most loaded) or 'last' (last pipeline stage)."""
     unknown: tuple[str, ...]
     notes: str
+    dropout: bool | None = None
+    """The run's dropout setting where the model file does not carry it: a training flag (Megatron-LM
+    --attention-dropout/--hidden-dropout, default 0.1), not an architecture fact. None: the model file's."""
+
+    def model(self) -> ModelSpec:
+        """The run's model: its model file, with the run's own training settings applied."""
+        spec = load_model_file(self.model_file)
+        return spec if self.dropout is None else replace(spec, dropout=self.dropout)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +123,9 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
             raise ConfigError(f"run '{rid}': unknown strategy field(s) {sorted(unknown_keys)}", file=file,
                               field="strategy")
         precision = str(entry.get("precision", "bf16"))
+        dropout = entry.get("dropout")
+        if dropout is not None and not isinstance(dropout, bool):
+            raise ConfigError(f"run '{rid}': expected true or false, got {dropout!r}", file=file, field="dropout")
         kw = {k: v for k, v in strat.items() if k != "dp"}
         try:
             strategy = Strategy(**kw, gbs=_field(batch, "gbs", file, rid, int),
@@ -129,7 +141,7 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
             gpus=_field(entry, "gpus", file, rid, int), model_file=model_file, strategy=strategy,
             tokens_per_s_per_gpu=float(_field(measured, "tokens_per_s_per_gpu", file, rid, float)),
             peak_memory_gib=measured.get("peak_memory_gib"), memory_rank=str(measured.get("memory_rank", "peak")),
-            unknown=tuple(entry.get("unknown") or ()), notes=str(entry.get("notes", "")),
+            unknown=tuple(entry.get("unknown") or ()), notes=str(entry.get("notes", "")), dropout=dropout,
         ))
     return runs
 
@@ -138,7 +150,7 @@ def validate_runs(runs: list[PublishedRun]) -> list[RunResult]:
     out = []
     for run in runs:
         try:
-            model = load_model_file(run.model_file)
+            model = run.model()
             cluster = load_cluster(run.cluster, gpus=run.gpus)
             out.append(RunResult(run, evaluate(model, cluster, run.strategy), None))
         except ParplanError as e:
@@ -176,7 +188,7 @@ def rank_runs(results: list[RunResult]) -> list[RankResult]:
         if est is None:
             continue
         s = r.run.strategy
-        model = load_model_file(r.run.model_file)
+        model = r.run.model()
         cluster = load_cluster(r.run.cluster, gpus=r.run.gpus)
         beyond = max(s.tp, s.etp) > cluster.scaleup_domain
         space = SearchSpace(precision=(s.precision,), tp_in_domain=not beyond)
