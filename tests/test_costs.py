@@ -297,3 +297,51 @@ def test_run_dropout_setting_applies_to_its_model(tmp_path):
                    "  measured: {tokens_per_s_per_gpu: 1.0}\n  model: m.json\n  cluster: h100\n  gpus: 8\n")
     with pytest.raises(ConfigError, match="dropout"):
         load_runs(bad)
+
+
+@pytest.mark.parametrize(("zero", "dp", "adam_share"), [(0, 1, 1.0), (1, 2, 0.5), (2, 2, 0.5)])
+def test_optimizer_step_traffic(zero, dp, adam_share):
+    """Hand count of Megatron's step (MixedPrecisionOptimizer.step, DDP zero_grad_buffer): grad-norm read
+    4 B, fused Adam 16 B read + 12 B written, master→bf16 copy 6 B per updated parameter, plus a 4 B memset
+    of the fp32 grad buffer (sharded from ZeRO-2 on); memory-bound at the A100's 2.039 TB/s × 0.85, five
+    kernels of 4 µs each."""
+    model = _gpt()
+    cluster = load_cluster("a100-80gb", gpus=8 * dp)
+    est = evaluate(model, cluster, Strategy(tp=8, zero=zero, sp=True, gbs=dp, seq=2048))
+    rank_params = est.stages[0]["memory_gib"]["weights"] * 2**30 / 2  # bf16 weights: 2 B per parameter
+    buffer_share = adam_share if zero >= 2 else 1.0
+    nbytes = rank_params * (38 * adam_share + 4 * buffer_share)
+    assert est.time_breakdown["optimizer"]["seconds"] == pytest.approx(nbytes / (2.039e12 * 0.85) + 5 * 4e-6,
+                                                                       rel=1e-6)
+
+
+def test_pp_scatter_gather_sends_a_tp_share_and_gathers_it():
+    """Narayanan 2021 §4.1: without SP each TP rank sends 1/tp of the boundary tensor over its own NIC and
+    the receiving node all-gathers it over NVLink, instead of every rank sending the whole tensor."""
+    from parplan.hardware.efficiency import Collective, collective_time
+    from parplan.planner import comm
+
+    model = _gpt()
+    full, sg = (_ctx(model, gpus=16, tp=8, pp=2, sp=False, seq=2048, pp_scatter_gather=on) for on in (False, True))
+    msg = 2048 * 12288 * 2  # s·b·h bf16 elements per micro-batch
+    c = full.cluster
+    whole = collective_time(c, Collective.SEND_RECV, msg, 2, 1)  # stages on different nodes
+    share = collective_time(c, Collective.SEND_RECV, msg / 8, 2, 1) + collective_time(
+        c, Collective.ALL_GATHER, msg, 8, 8)
+    assert comm.pp_microbatch(full).total[0] == pytest.approx(2 * whole)
+    assert comm.pp_microbatch(sg).total[0] == pytest.approx(2 * share)
+    assert share < whole / 3
+
+
+@pytest.mark.parametrize("kw", [{"tp": 1, "pp": 2}, {"tp": 8, "pp": 1, "sp": False}, {"tp": 8, "pp": 2, "sp": True}])
+def test_pp_scatter_gather_normalised_off_where_it_does_nothing(kw):
+    assert not Strategy(**kw, pp_scatter_gather=True).pp_scatter_gather
+
+
+def test_explain_pp_scatter_gather_flag(run_json):
+    """The legacy-Megatron switch reaches the strategy and makes a no-SP pipeline across nodes faster."""
+    args = ("explain", "-m", "gpt3-175b", "-c", "a100-80gb", "-n", "64", "--tp", "8", "--pp", "8", "--no-sp",
+            "--gbs", "64", "--seq", "2048", "--recompute", "full")
+    plain, sg = run_json(*args), run_json(*args, "--pp-scatter-gather")
+    assert sg["strategy"]["pp_scatter_gather"] and not plain["strategy"]["pp_scatter_gather"]
+    assert sg["time_breakdown"]["pp_comm"]["seconds"] < plain["time_breakdown"]["pp_comm"]["seconds"]

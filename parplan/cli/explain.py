@@ -54,6 +54,10 @@ def explain(
     ep_overlap: Annotated[bool, typer.Option(
         "--ep-overlap/--no-ep-overlap",
         help="Overlap the EP all-to-all with another micro-batch (--overlap-moe-expert-parallel-comm).")] = False,
+    pp_scatter_gather: Annotated[bool, typer.Option(
+        "--pp-scatter-gather/--no-pp-scatter-gather",
+        help="Without SP, send 1/tp of each stage-boundary tensor per TP rank and all-gather it "
+             "(Megatron-LM before Megatron-Core).")] = False,
     expert_load: ExpertLoadOpt = None,
     timeline: Annotated[bool, typer.Option("--timeline", help="Draw the pipeline schedule.")] = False,
     plot: Annotated[str | None, typer.Option(help="Write time and memory charts to this PNG (parplan[plot]).")]
@@ -76,7 +80,7 @@ def explain(
         gbs=gbs if gbs is not None else dp * mbs, seq=seq,
         schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"), precision=precision,
         flash_attention=attention == "flash", tp_overlap=tp_overlap, dispatch=dispatch,
-        redundant_experts=redundant_experts, ep_overlap=ep_overlap,
+        redundant_experts=redundant_experts, ep_overlap=ep_overlap, pp_scatter_gather=pp_scatter_gather,
     )
     est = evaluate(model_spec, cluster_spec, strategy, workload=workload)
     moe = moe_section(model_spec, cluster_spec, est, workload)

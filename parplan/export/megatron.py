@@ -242,6 +242,9 @@ def launch(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> Launch:
     if not s.flash_attention:
         # The plan costed attention that materialises the scores; run what was costed.
         flags.append(("--attention-backend", "unfused"))
+    if s.pp_scatter_gather:
+        notes.append("the plan costed legacy Megatron-LM's scatter-gather of stage tensors; Megatron-Core sends "
+                     "whole tensors without --sequence-parallel, so its pipeline transfers take longer")
     notes.append("data, tokenizer, optimizer, learning-rate, logging and checkpoint arguments are yours to add")
     text = shell_array(
         "MEGATRON_ARGS", flags,

@@ -218,10 +218,16 @@ def ep_layer(ctx: Ctx, compute_f: np.ndarray, compute_b: np.ndarray, shared_f: n
 
 
 def _p2p_one(ctx: Ctx) -> np.ndarray:
-    """One activation (or gradient) transfer between adjacent stages: s·b·h per micro-batch, ÷tp with
-    sequence parallelism (Megatron's scatter-gather), formulas.md §4.2."""
-    msg = ctx.tokens * ctx.model.hidden * ACT_BYTES / np.where(ctx.sp, ctx.t, 1)
-    return collective_time(ctx.cluster, Collective.SEND_RECV, msg, 2, np.where(ctx.pp_same_domain, 2.0, 1.0))
+    """One activation (or gradient) transfer between adjacent stages: s·b·h per micro-batch, of which each
+    TP rank sends 1/tp when sequence parallelism has sharded it (formulas.md §4.2). Without SP every TP rank
+    sends the whole tensor, unless Megatron-LM's scatter-gather (Narayanan 2021 §4.1) sends 1/tp per rank
+    over its own link and all-gathers the tensor inside the receiving node."""
+    msg = ctx.tokens * ctx.model.hidden * ACT_BYTES
+    sharded = ctx.sp | ctx.lay.pp_scatter_gather
+    send = collective_time(ctx.cluster, Collective.SEND_RECV, msg / np.where(sharded, ctx.t, 1), 2,
+                           np.where(ctx.pp_same_domain, 2.0, 1.0))
+    gather = collective_time(ctx.cluster, Collective.ALL_GATHER, msg, ctx.t, ctx.tp_domain)
+    return send + np.where(ctx.lay.pp_scatter_gather, gather, 0.0)
 
 
 def _chunks(ctx: Ctx) -> np.ndarray:

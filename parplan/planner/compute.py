@@ -28,9 +28,15 @@ ELEMENTWISE_KERNELS = 12
 """Element-wise kernels in one layer's forward (2 norms, 2 residual adds, activation, RoPE, casts...);
 backward launches twice as many. Each costs at least GPUSpec.kernel_min_us."""
 
-ADAM_BYTES_PER_PARAM = 34
-"""Optimizer step traffic per local parameter: read fp32 grad, master, m, v (16 B), write master, m, v
-(12 B) and the bf16 copy (2 B), plus the gradient-norm pass (4 B). Memory-bound (Megatron fused Adam)."""
+ADAM_BYTES_PER_PARAM = 38
+"""Optimizer step traffic per parameter this rank updates: the gradient-norm pass reads the fp32 grads
+(4 B); fused Adam reads grad, master, m, v (16 B) and writes master, m, v (12 B); a separate copy reads the
+fp32 master and writes the bf16 model weight (6 B). Memory-bound (Megatron MixedPrecisionOptimizer.step:
+clip_grad_norm, optimizer.step, _copy_main_params_to_model_params)."""
+
+GRAD_ZERO_BYTES_PER_PARAM = 4
+"""Each step starts by zeroing the fp32 gradient buffer (Megatron DDP zero_grad_buffer: a memset of the
+whole buffer, which ZeRO-2/3 shard and ZeRO-0/1 do not)."""
 
 CROSS_ENTROPY_BYTES = (10, 8)
 """Forward / backward bytes per logit of the vocab-parallel cross entropy: bf16 logits read (2), fp32
@@ -298,6 +304,8 @@ def mtp_extra_time(ctx: Ctx) -> LayerTime:
                      flops_f=4.0 * m * h * h)
 
 
-def optimizer_time(ctx: Ctx, local_params: np.ndarray) -> np.ndarray:
-    """Adam step over the parameters this rank updates (memory-bound)."""
-    return memory_bound_time(ctx.cluster.gpu, local_params * ADAM_BYTES_PER_PARAM, 4)
+def optimizer_time(ctx: Ctx, local_params: np.ndarray, grad_buffer: np.ndarray) -> np.ndarray:
+    """Adam step over the `local_params` this rank updates and the zeroing of its gradient buffer of
+    `grad_buffer` parameters (memory-bound)."""
+    nbytes = local_params * ADAM_BYTES_PER_PARAM + grad_buffer * GRAD_ZERO_BYTES_PER_PARAM
+    return memory_bound_time(ctx.cluster.gpu, nbytes, 5)

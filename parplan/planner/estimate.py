@@ -373,7 +373,8 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, br
     zero = col(lay.zero)
     local = (params.dense / np.where(zero >= 1, col((ctx.c * ctx.dp).astype(float)), 1)
              + params.expert / np.where(zero >= 1, col(ctx.edp.astype(float)), 1))
-    optimizer = np.max(np.where(real, compute.optimizer_time(ctx, local), 0.0), axis=1)
+    grad_buffer = np.where(zero >= 2, local, params.dense + params.expert)
+    optimizer = np.max(np.where(real, compute.optimizer_time(ctx, local, grad_buffer), 0.0), axis=1)
     step = pipeline + dp.grad.exposed + dp.param.exposed + optimizer
 
     mem_gib: dict[str, np.ndarray] = {}
