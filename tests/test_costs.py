@@ -277,9 +277,10 @@ def test_tier_a_median_error_target(validation):
 
 
 def test_korthikanti_runs_error(validation):
-    """The 8 runs of Korthikanti et al. Table 5 (regression guard; the README states the current mean)."""
+    """Issue target: the 8 runs of Korthikanti et al. Table 5 below a 3.65% mean absolute error (Calculon's
+    3.65% on the same runs, reference/peers.md)."""
     errs = [abs(r.throughput_error) for r in validation if r.run.group == "korthikanti22"]
-    assert len(errs) == 8 and np.mean(errs) <= 0.10
+    assert len(errs) == 8 and np.mean(errs) < 0.0365
 
 
 def test_run_dropout_setting_applies_to_its_model(tmp_path):
