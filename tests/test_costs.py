@@ -339,10 +339,34 @@ def test_pp_scatter_gather_normalised_off_where_it_does_nothing(kw):
     assert not Strategy(**kw, pp_scatter_gather=True).pp_scatter_gather
 
 
-def test_explain_pp_scatter_gather_flag(run_json):
-    """The legacy-Megatron switch reaches the strategy and makes a no-SP pipeline across nodes faster."""
+def test_explain_legacy_pipeline_flags(run_json):
+    """The legacy-Megatron switches reach the strategy: scatter-gather makes a no-SP pipeline across nodes
+    cheaper, waiting interleaved transfers make it dearer."""
     args = ("explain", "-m", "gpt3-175b", "-c", "a100-80gb", "-n", "64", "--tp", "8", "--pp", "8", "--no-sp",
             "--gbs", "64", "--seq", "2048", "--recompute", "full")
     plain, sg = run_json(*args), run_json(*args, "--pp-scatter-gather")
     assert sg["strategy"]["pp_scatter_gather"] and not plain["strategy"]["pp_scatter_gather"]
     assert sg["time_breakdown"]["pp_comm"]["seconds"] < plain["time_breakdown"]["pp_comm"]["seconds"]
+    interleaved = (*args, "--vpp", "2")
+    overlapped, waiting = run_json(*interleaved), run_json(*interleaved, "--no-p2p-overlap")
+    assert overlapped["strategy"]["p2p_overlap"] and not waiting["strategy"]["p2p_overlap"]
+    assert waiting["time_breakdown"]["pp_comm"]["exposed"] > overlapped["time_breakdown"]["pp_comm"]["exposed"]
+
+
+def test_interleaved_transfers_wait_without_p2p_overlap():
+    """Megatron-LM before --overlap-p2p-communication (2023): each of an interleaved micro-batch's 2·v
+    transfers per rank waits; with the overlap only their latency shows (formulas.md §4.2)."""
+    from parplan.planner import comm
+
+    model = _gpt()
+    kw = dict(gpus=64, tp=8, pp=8, vpp=3, schedule="interleaved", seq=2048)
+    on, off = (_ctx(model, **kw, p2p_overlap=flag) for flag in (True, False))
+    one = comm.pp_microbatch(off).total[0] / (2 * 3)
+    assert comm.pp_microbatch(off).exposed[0] == pytest.approx(2 * 3 * one)
+    assert comm.pp_microbatch(on).exposed[0] < one
+    assert comm.pp_microbatch(on).total[0] == pytest.approx(comm.pp_microbatch(off).total[0])
+
+
+@pytest.mark.parametrize("kw", [{"pp": 1}, {"pp": 4, "schedule": "1f1b"}, {"pp": 4, "schedule": "dualpipev"}])
+def test_p2p_overlap_normalised_on_where_it_does_nothing(kw):
+    assert Strategy(**kw, p2p_overlap=False).p2p_overlap

@@ -139,7 +139,7 @@ def megatron_strategy(ns: argparse.Namespace, moe: bool) -> dict[str, object]:
         "mbs": ns.micro_batch_size, "gbs": ns.global_batch_size, "seq": ns.seq_length, "zero": zero,
         "recompute": ns.recompute_granularity or "none", "sp": ns.sequence_parallel,
         "precision": "fp8" if ns.fp8_format else "bf16", "tp_overlap": ns.tp_comm_overlap,
-        "flash_attention": ns.attention_backend != "unfused",
+        "flash_attention": ns.attention_backend != "unfused", "p2p_overlap": not ns.no_overlap_p2p_communication,
     }
 
 
@@ -184,6 +184,7 @@ MEGATRON_CASES = [
     ("llama70", 48, Strategy(tp=8, pp=3, zero=0, gbs=96, mbs=2, seq=4096, recompute="full",
                              flash_attention=False)),
     ("llama70", 48, Strategy(tp=8, pp=6, gbs=48, seq=4096)),
+    ("llama70", 64, Strategy(tp=8, pp=4, vpp=2, schedule="interleaved", gbs=64, seq=4096, p2p_overlap=False)),
     ("llama70", 64, Strategy(tp=4, pp=4, cp=2, vpp=3, schedule="interleaved", gbs=64, seq=16384,
                              precision="fp8")),
     ("dsv3", 1024, Strategy(tp=2, pp=8, vpp=2, ep=64, etp=1, schedule="interleaved", gbs=4096, seq=4096,
@@ -204,7 +205,7 @@ def test_megatron_args_parse_and_round_trip(request, name, gpus, s):
     model = request.getfixturevalue(name)
     ns = megatron_ns(export(model, load_cluster("h100", gpus=gpus), s, "megatron"))
     got = megatron_strategy(ns, model.moe is not None)
-    want = fields(s, [*ROUND_TRIP, "sp", "precision", "tp_overlap", "flash_attention"])
+    want = fields(s, [*ROUND_TRIP, "sp", "precision", "tp_overlap", "flash_attention", "p2p_overlap"])
     if model.moe is None:
         want.update(ep=1, etp=1)
     assert got == want

@@ -54,6 +54,9 @@ def explain(
     ep_overlap: Annotated[bool, typer.Option(
         "--ep-overlap/--no-ep-overlap",
         help="Overlap the EP all-to-all with another micro-batch (--overlap-moe-expert-parallel-comm).")] = False,
+    p2p_overlap: Annotated[bool, typer.Option(
+        "--p2p-overlap/--no-p2p-overlap",
+        help="Interleaved schedule: overlap stage-to-stage transfers with compute (Megatron-Core default).")] = True,
     pp_scatter_gather: Annotated[bool, typer.Option(
         "--pp-scatter-gather/--no-pp-scatter-gather",
         help="Without SP, send 1/tp of each stage-boundary tensor per TP rank and all-gather it "
@@ -80,7 +83,8 @@ def explain(
         gbs=gbs if gbs is not None else dp * mbs, seq=seq,
         schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"), precision=precision,
         flash_attention=attention == "flash", tp_overlap=tp_overlap, dispatch=dispatch,
-        redundant_experts=redundant_experts, ep_overlap=ep_overlap, pp_scatter_gather=pp_scatter_gather,
+        redundant_experts=redundant_experts, ep_overlap=ep_overlap, p2p_overlap=p2p_overlap,
+        pp_scatter_gather=pp_scatter_gather,
     )
     est = evaluate(model_spec, cluster_spec, strategy, workload=workload)
     moe = moe_section(model_spec, cluster_spec, est, workload)

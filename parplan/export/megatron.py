@@ -242,6 +242,8 @@ def launch(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> Launch:
     if not s.flash_attention:
         # The plan costed attention that materialises the scores; run what was costed.
         flags.append(("--attention-backend", "unfused"))
+    if not s.p2p_overlap:
+        flags.append(("--no-overlap-p2p-communication",))
     if s.pp_scatter_gather:
         notes.append("the plan costed legacy Megatron-LM's scatter-gather of stage tensors; Megatron-Core sends "
                      "whole tensors without --sequence-parallel, so its pipeline transfers take longer")

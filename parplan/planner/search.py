@@ -150,7 +150,8 @@ def _expand(cell: dict, gbs: int, seq: int, space: SearchSpace) -> dict[str, np.
         "etp": expert[e_idx, 1], "vpp": vpps[s_idx], "zero": zero, "mbs": mbs, "gbs": full(gbs), "seq": full(seq),
         "sp": sp_ovl[pair, 0], "recompute": rc, "schedule": codes[s_idx], "precision": prec,
         "flash_attention": full(True, bool), "tp_overlap": sp_ovl[pair, 1], "dispatch": full(0, np.int8),
-        "redundant_experts": redundant, "ep_overlap": full(False, bool), "pp_scatter_gather": full(False, bool),
+        "redundant_experts": redundant, "ep_overlap": full(False, bool),
+        "p2p_overlap": full(True, bool), "pp_scatter_gather": full(False, bool),
     }
 
 

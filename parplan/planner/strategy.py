@@ -80,6 +80,10 @@ class Strategy:
     """Overlap each micro-batch's EP all-to-all with another micro-batch's compute (Megatron
     --overlap-moe-expert-parallel-comm: interleaved schedule or pp = 1). DualPipe(V) always does this and
     leaves the flag off."""
+    p2p_overlap: bool = True
+    """The interleaved schedule overlaps its stage-to-stage transfers with compute (Megatron-Core's default;
+    --no-overlap-p2p-communication turns it off). Off: each transfer waits, as in Megatron-LM before 2023,
+    which had no such overlap. DualPipe(V) always overlaps."""
     pp_scatter_gather: bool = False
     """Megatron-LM's pre-Megatron-Core scatter-gather of stage-boundary tensors without SP (Narayanan 2021
     §4.1, on by default there): each TP rank sends 1/tp of the tensor and the receiving ranks all-gather it
@@ -91,6 +95,9 @@ class Strategy:
             # normalise so equal layouts compare equal.
             object.__setattr__(self, "sp", False)
             object.__setattr__(self, "tp_overlap", False)
+        if self.pp == 1 or self.schedule != "interleaved":
+            # 1F1B and ZB wait for their transfers anyway; DualPipe(V) is built around overlapping them.
+            object.__setattr__(self, "p2p_overlap", True)
         if self.tp == 1 or self.pp == 1 or self.sp:
             # Nothing to scatter: one TP rank, no stage boundary, or a boundary tensor SP already shards.
             object.__setattr__(self, "pp_scatter_gather", False)
@@ -113,7 +120,8 @@ class Strategy:
         flags = (("unfused-attention", not self.flash_attention), ("tp-overlap", self.tp_overlap),
                  (self.dispatch, self.dispatch != "alltoall"),
                  (f"redundant-experts={self.redundant_experts}", self.redundant_experts > 0),
-                 ("ep-overlap", self.ep_overlap), ("pp-scatter-gather", self.pp_scatter_gather))
+                 ("ep-overlap", self.ep_overlap), ("no-p2p-overlap", not self.p2p_overlap),
+                 ("pp-scatter-gather", self.pp_scatter_gather))
         return " ".join(parts + [text for text, on in flags if on])
 
     def as_dict(self, gpus: int | None = None) -> dict[str, object]:
@@ -158,6 +166,7 @@ class Layouts:
     dispatch: np.ndarray
     redundant_experts: np.ndarray
     ep_overlap: np.ndarray
+    p2p_overlap: np.ndarray
     pp_scatter_gather: np.ndarray
 
     @classmethod
@@ -174,6 +183,7 @@ class Layouts:
         cols["tp_overlap"] = col("tp_overlap", lambda s: s.tp_overlap, bool)
         cols["dispatch"] = col("dispatch", lambda s: _code(DISPATCHERS, s.dispatch, "dispatch"), np.int8)
         cols["ep_overlap"] = col("ep_overlap", lambda s: s.ep_overlap, bool)
+        cols["p2p_overlap"] = col("p2p_overlap", lambda s: s.p2p_overlap, bool)
         cols["pp_scatter_gather"] = col("pp_scatter_gather", lambda s: s.pp_scatter_gather, bool)
         return cls(**cols)
 
@@ -194,6 +204,7 @@ class Layouts:
             tp_overlap=bool(self.tp_overlap[i]),
             dispatch=DISPATCHERS[int(self.dispatch[i])],
             ep_overlap=bool(self.ep_overlap[i]),
+            p2p_overlap=bool(self.p2p_overlap[i]),
             pp_scatter_gather=bool(self.pp_scatter_gather[i]),
         )
         return Strategy(**kw)

@@ -25,7 +25,7 @@ from parplan.planner.strategy import Strategy
 
 _STRATEGY_KEYS = {"tp", "pp", "cp", "ep", "etp", "vpp", "dp", "zero", "sp", "recompute", "mbs", "schedule",
                   "flash_attention", "tp_overlap", "dispatch", "redundant_experts", "ep_overlap",
-                  "pp_scatter_gather"}
+                  "p2p_overlap", "pp_scatter_gather"}
 
 
 @dataclass(frozen=True, slots=True)
