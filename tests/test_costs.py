@@ -300,6 +300,27 @@ def test_run_dropout_setting_applies_to_its_model(tmp_path):
         load_runs(bad)
 
 
+@pytest.mark.parametrize(("strategy", "field", "message"), [
+    ("{tp: 8, sp: 'yes'}", "x.strategy.sp", "wrong type"),
+    ("{tp: 8, p2p_overlap: 0}", "x.strategy.p2p_overlap", "wrong type"),
+    ("{tp: 8, pipeline: 2}", "x.strategy.pipeline", "unknown field"),
+    ("{tp: 8, dp: 4}", "x.strategy.dp", "dp=4, but 16 GPUs / \\(tp·pp·cp = 8\\) = 2"),
+    ("{tp: 8, gbs: 8}", "strategy", "under batch"),
+])
+def test_runs_file_strategy_errors_name_the_field(tmp_path, strategy, field, message):
+    """A runs file's layout is checked field by field: types, unknown keys, a dp that the GPU count
+    contradicts, batch keys in the wrong section."""
+    from parplan.errors import ConfigError
+    from parplan.planner.validate import load_runs
+
+    path = tmp_path / "runs.yaml"
+    path.write_text(f"- id: x\n  strategy: {strategy}\n  batch: {{gbs: 8, seq: 2048}}\n"
+                    "  measured: {tokens_per_s_per_gpu: 1.0}\n  model: m.json\n  cluster: h100\n  gpus: 16\n")
+    with pytest.raises(ConfigError, match=message) as err:
+        load_runs(path)
+    assert err.value.field == field
+
+
 @pytest.mark.parametrize(("zero", "dp", "adam_share"), [(0, 1, 1.0), (1, 2, 0.5), (2, 2, 0.5)])
 def test_optimizer_step_traffic(zero, dp, adam_share):
     """Hand count of Megatron's step (MixedPrecisionOptimizer.step, DDP zero_grad_buffer): grad-norm read

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from parplan._input import read_yaml
+from parplan._mapping import dataclass_from_mapping
 from parplan._resources import data_dir
 from parplan.errors import ConfigError, ParplanError
 from parplan.hardware import load_cluster
@@ -23,9 +24,8 @@ from parplan.planner.estimate import Estimate, evaluate
 from parplan.planner.search import SearchSpace, plan
 from parplan.planner.strategy import Strategy
 
-_STRATEGY_KEYS = {"tp", "pp", "cp", "ep", "etp", "vpp", "dp", "zero", "sp", "recompute", "mbs", "schedule",
-                  "flash_attention", "tp_overlap", "dispatch", "redundant_experts", "ep_overlap",
-                  "p2p_overlap", "pp_scatter_gather"}
+_BATCH_KEYS = {"gbs", "seq", "precision"}
+"""Strategy fields a runs file gives outside `strategy` (under `batch`, and `precision` at the top)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,27 +119,29 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
         strat = _field(entry, "strategy", file, rid, dict)
         batch = _field(entry, "batch", file, rid, dict)
         measured = _field(entry, "measured", file, rid, dict)
-        unknown_keys = set(strat) - _STRATEGY_KEYS
-        if unknown_keys:
-            raise ConfigError(f"run '{rid}': unknown strategy field(s) {sorted(unknown_keys)}", file=file,
-                              field="strategy")
+        misplaced = set(strat) & _BATCH_KEYS
+        if misplaced:
+            raise ConfigError(f"run '{rid}': {', '.join(sorted(misplaced))} belong(s) under batch or precision",
+                              file=file, field="strategy")
         precision = str(entry.get("precision", "bf16"))
         dropout = entry.get("dropout")
         if dropout is not None and not isinstance(dropout, bool):
             raise ConfigError(f"run '{rid}': expected true or false, got {dropout!r}", file=file, field="dropout")
-        kw = {k: v for k, v in strat.items() if k != "dp"}
-        try:
-            strategy = Strategy(**kw, gbs=_field(batch, "gbs", file, rid, int),
-                                seq=_field(batch, "seq", file, rid, int),
-                                # fp16 mixed precision runs at the bf16 tensor-core rate (A100 era).
-                                precision="fp8" if precision == "fp8" else "bf16")
-        except TypeError as e:
-            raise ConfigError(f"run '{rid}': {e}", file=file, field="strategy") from None
+        gpus = _field(entry, "gpus", file, rid, int)
+        layout = {k: v for k, v in strat.items() if k != "dp"}
+        layout.update(gbs=_field(batch, "gbs", file, rid, int), seq=_field(batch, "seq", file, rid, int),
+                      # fp16 mixed precision runs at the bf16 tensor-core rate (A100 era).
+                      precision="fp8" if precision == "fp8" else "bf16")
+        strategy = dataclass_from_mapping(Strategy, layout, file, f"{rid}.strategy")
+        if "dp" in strat and strat["dp"] != strategy.dp(gpus):
+            raise ConfigError(f"run '{rid}': dp={strat['dp']!r}, but {gpus} GPUs / (tp·pp·cp = "
+                              f"{strategy.tp * strategy.pp * strategy.cp}) = {strategy.dp(gpus)}", file=file,
+                              field=f"{rid}.strategy.dp")
         model_file = path.parent / "models" / str(_field(entry, "model", file, rid, str))
         runs.append(PublishedRun(
             id=rid, group=str(entry.get("group", "")), tier=str(entry.get("tier", "")),
             source=str(entry.get("source", "")), cluster=_cluster_ref(_field(entry, "cluster", file, rid, str), path),
-            gpus=_field(entry, "gpus", file, rid, int), model_file=model_file, strategy=strategy,
+            gpus=gpus, model_file=model_file, strategy=strategy,
             tokens_per_s_per_gpu=float(_field(measured, "tokens_per_s_per_gpu", file, rid, float)),
             peak_memory_gib=measured.get("peak_memory_gib"), memory_rank=str(measured.get("memory_rank", "peak")),
             unknown=tuple(entry.get("unknown") or ()), notes=str(entry.get("notes", "")), dropout=dropout,
