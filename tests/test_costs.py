@@ -303,9 +303,11 @@ def test_run_dropout_setting_applies_to_its_model(tmp_path):
 @pytest.mark.parametrize(("strategy", "field", "message"), [
     ("{tp: 8, sp: 'yes'}", "x.strategy.sp", "wrong type"),
     ("{tp: 8, p2p_overlap: 0}", "x.strategy.p2p_overlap", "wrong type"),
-    ("{tp: 8, pipeline: 2}", "x.strategy.pipeline", "unknown field"),
+    ("{tp: 8, pipeline: 2}", "x.strategy.pipeline", "unknown field; allowed: .*dp.*"),
     ("{tp: 8, dp: 4}", "x.strategy.dp", "dp=4, but 16 GPUs / \\(tp·pp·cp = 8\\) = 2"),
-    ("{tp: 8, gbs: 8}", "strategy", "under batch"),
+    ("{tp: 8, gbs: 8}", "x.strategy", "under batch"),
+    ("{tp: 8, dp: true}", "x.strategy.dp", "expected int"),
+    ("{tp: 8, schedule: gpipe}", "x.strategy", "schedule must be one of"),
 ])
 def test_runs_file_strategy_errors_name_the_field(tmp_path, strategy, field, message):
     """A runs file's layout is checked field by field: types, unknown keys, a dp that the GPU count
@@ -321,18 +323,21 @@ def test_runs_file_strategy_errors_name_the_field(tmp_path, strategy, field, mes
     assert err.value.field == field
 
 
-@pytest.mark.parametrize(("zero", "dp", "adam_share"), [(0, 1, 1.0), (1, 2, 0.5), (2, 2, 0.5)])
-def test_optimizer_step_traffic(zero, dp, adam_share):
+@pytest.mark.parametrize(("zero", "pp", "adam_share", "buffer_share"), [
+    (0, 1, 1.0, 1.0), (1, 1, 0.5, 1.0), (2, 1, 0.5, 0.5),
+    (2, 2, 0.5, 1.0),  # under a pipeline ZeRO-2 reduces once per step and keeps the whole buffer
+])
+def test_optimizer_step_traffic(zero, pp, adam_share, buffer_share):
     """Hand count of Megatron's step (MixedPrecisionOptimizer.step, DDP zero_grad_buffer): grad-norm read
-    4 B, fused Adam 16 B read + 12 B written, master→bf16 copy 6 B per updated parameter, plus a 4 B memset
-    of the fp32 grad buffer (sharded from ZeRO-2 on); memory-bound at the A100's 2.039 TB/s × 0.85, five
-    kernels of 4 µs each."""
+    4 B, fused Adam 16 B read + 12 B written, master→bf16 copy 6 B per updated parameter (1/dp of them from
+    ZeRO-1 on, dp = 2 here), plus a 4 B memset of the fp32 grad buffer; memory-bound at the A100's 2.039 TB/s
+    × 0.85, five kernels of 4 µs each; the slowest pipeline stage sets the time."""
     model = _gpt()
-    cluster = load_cluster("a100-80gb", gpus=8 * dp)
-    est = evaluate(model, cluster, Strategy(tp=8, zero=zero, sp=True, gbs=dp, seq=2048))
-    rank_params = est.stages[0]["memory_gib"]["weights"] * 2**30 / 2  # bf16 weights: 2 B per parameter
-    buffer_share = adam_share if zero >= 2 else 1.0
-    nbytes = rank_params * (38 * adam_share + 4 * buffer_share)
+    dp = 1 if zero == 0 else 2
+    cluster = load_cluster("a100-80gb", gpus=8 * pp * dp)
+    est = evaluate(model, cluster, Strategy(tp=8, pp=pp, zero=zero, sp=True, gbs=4 * dp, seq=2048))
+    stage_params = [st["memory_gib"]["weights"] * 2**30 / 2 for st in est.stages]  # bf16: 2 B per parameter
+    nbytes = max(stage_params) * (38 * adam_share + 4 * buffer_share)
     assert est.time_breakdown["optimizer"]["seconds"] == pytest.approx(nbytes / (2.039e12 * 0.85) + 5 * 4e-6,
                                                                        rel=1e-6)
 

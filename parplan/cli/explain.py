@@ -60,7 +60,7 @@ def explain(
     pp_scatter_gather: Annotated[bool, typer.Option(
         "--pp-scatter-gather/--no-pp-scatter-gather",
         help="Without SP, send 1/tp of each stage-boundary tensor per TP rank and all-gather it "
-             "(Megatron-LM before Megatron-Core).")] = False,
+             "(Megatron-LM before Megatron-Core, DeepSpeed's pipeline engine).")] = False,
     expert_load: ExpertLoadOpt = None,
     timeline: Annotated[bool, typer.Option("--timeline", help="Draw the pipeline schedule.")] = False,
     plot: Annotated[str | None, typer.Option(help="Write time and memory charts to this PNG (parplan[plot]).")]

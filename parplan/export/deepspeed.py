@@ -156,7 +156,4 @@ def launch(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> Launch:
                      + (" plus shared experts" if model.moe.shared_experts else ""))
     if not s.flash_attention:
         notes.append("the plan assumed unfused attention, so --use-flash-attn-v2 is left out")
-    if s.pp_scatter_gather:
-        notes.append("the plan costed Megatron-LM's scatter-gather of stage tensors, which DeepSpeed's pipeline "
-                     "engine does not do: every TP rank sends the whole tensor")
     return Launch(framework="deepspeed", files={CONFIG: config, ARGS: args}, notes=tuple(notes))

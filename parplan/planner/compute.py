@@ -36,7 +36,7 @@ clip_grad_norm, optimizer.step, _copy_main_params_to_model_params)."""
 
 GRAD_ZERO_BYTES_PER_PARAM = 4
 """Each step starts by zeroing the fp32 gradient buffer (Megatron DDP zero_grad_buffer: a memset of the
-whole buffer, which ZeRO-2/3 shard and ZeRO-0/1 do not)."""
+whole buffer, sharded only where ZeRO-2/3 reduce-scatter every micro-batch, i.e. without a pipeline)."""
 
 CROSS_ENTROPY_BYTES = (10, 8)
 """Forward / backward bytes per logit of the vocab-parallel cross entropy: bf16 logits read (2), fp32
@@ -308,4 +308,5 @@ def optimizer_time(ctx: Ctx, local_params: np.ndarray, grad_buffer: np.ndarray) 
     """Adam step over the `local_params` this rank updates and the zeroing of its gradient buffer of
     `grad_buffer` parameters (memory-bound)."""
     nbytes = local_params * ADAM_BYTES_PER_PARAM + grad_buffer * GRAD_ZERO_BYTES_PER_PARAM
+    # Five multi-tensor kernels: memset, grad-norm, Adam, master -> bf16 copy, and the norm's reduction.
     return memory_bound_time(ctx.cluster.gpu, nbytes, 5)

@@ -187,7 +187,8 @@ class Evaluation:
 
 _LAYER_KEYS = ("tp", "cp", "ep", "etp", "mbs", "seq", "sp", "precision", "flash_attention", "recompute",
                "tp_overlap", "schedule", "dispatch", "redundant_experts", "ep_overlap")
-"""The fields per-layer work depends on; pp, vpp, zero and gbs only change how the work is combined."""
+"""The fields per-layer work depends on; pp, vpp, zero, gbs, p2p_overlap and pp_scatter_gather only change
+how the work is combined (pipeline transfers and the step)."""
 _GRID_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp", "schedule", "redundant_experts")
 """The fields data-parallel traffic depends on (group sizes and the parameters a rank holds)."""
 
@@ -373,7 +374,9 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, br
     zero = col(lay.zero)
     local = (params.dense / np.where(zero >= 1, col((ctx.c * ctx.dp).astype(float)), 1)
              + params.expert / np.where(zero >= 1, col(ctx.edp.astype(float)), 1))
-    grad_buffer = np.where(zero >= 2, local, params.dense + params.expert)
+    # The gradient buffer is sharded only where gradients are reduce-scattered every micro-batch (ZeRO-2/3
+    # without a pipeline), as the memory model holds it.
+    grad_buffer = np.where(col(comm.reduces_every_microbatch(ctx)), local, params.dense + params.expert)
     optimizer = np.max(np.where(real, compute.optimizer_time(ctx, local, grad_buffer), 0.0), axis=1)
     step = pipeline + dp.grad.exposed + dp.param.exposed + optimizer
 

@@ -83,11 +83,14 @@ class Strategy:
     p2p_overlap: bool = True
     """The interleaved schedule overlaps its stage-to-stage transfers with compute (Megatron-Core's default;
     --no-overlap-p2p-communication turns it off). Off: each transfer waits, as in Megatron-LM before 2023,
-    which had no such overlap. DualPipe(V) always overlaps."""
+    which had no such overlap. Only the interleaved schedule reads it (1F1B and ZB wait anyway, DualPipe(V)
+    always overlaps), so it is normalised on for the others."""
     pp_scatter_gather: bool = False
-    """Megatron-LM's pre-Megatron-Core scatter-gather of stage-boundary tensors without SP (Narayanan 2021
-    §4.1, on by default there): each TP rank sends 1/tp of the tensor and the receiving ranks all-gather it
-    over NVLink. Megatron-Core dropped it (SP shards the tensor already), so plans leave it off."""
+    """Scatter-gather of stage-boundary tensors without SP: each TP rank sends 1/tp of the tensor and the
+    receiving ranks all-gather it over NVLink. Megatron-LM did this before Megatron-Core (Narayanan 2021 §4.1,
+    on unless --no-scatter-gather-tensors-in-pipeline) and DeepSpeed's pipeline engine does it
+    (PartitionedTensor over the model-parallel group); Megatron-Core dropped it (SP shards the tensor
+    already), so plans leave it off. Ignored, and normalised off, where tp = 1, pp = 1 or SP is on."""
 
     def __post_init__(self) -> None:
         if self.tp == 1:

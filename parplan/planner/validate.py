@@ -7,7 +7,7 @@ the same `evaluate` users call; no per-run factor exists anywhere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +16,18 @@ import numpy as np
 from parplan._input import read_yaml
 from parplan._mapping import dataclass_from_mapping
 from parplan._resources import data_dir
-from parplan.errors import ConfigError, ParplanError
+from parplan.errors import ConfigError, InvalidStrategyError, ParplanError
 from parplan.hardware import load_cluster
 from parplan.models.presets import load_model_file
 from parplan.models.spec import ModelSpec
 from parplan.planner.estimate import Estimate, evaluate
 from parplan.planner.search import SearchSpace, plan
-from parplan.planner.strategy import Strategy
+from parplan.planner.strategy import Layouts, Strategy
 
 _BATCH_KEYS = {"gbs", "seq", "precision"}
 """Strategy fields a runs file gives outside `strategy` (under `batch`, and `precision` at the top)."""
+_STRATEGY_KEYS = {f.name for f in fields(Strategy)} - _BATCH_KEYS | {"dp"}
+"""What a run's `strategy` may hold: the layout fields, and dp (checked against the GPU count)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +92,12 @@ class RunResult:
         return pred / self.run.peak_memory_gib - 1
 
 
-def _field(entry: dict[str, Any], key: str, file: str, run_id: str, kind: type) -> Any:
+def _field(entry: dict[str, Any], key: str, file: str, where: str, kind: type) -> Any:
+    """entry[key] of type `kind` (an int or float is never a bool); errors name the field as `where.key`."""
     value = entry.get(key)
-    if value is None or (kind is not float and not isinstance(value, kind)) or (
-            kind is float and not isinstance(value, (int, float))):
-        raise ConfigError(f"run '{run_id}': expected {kind.__name__}, got {value!r}", file=file, field=key)
+    numeric = (int, float) if kind is float else kind
+    if value is None or isinstance(value, bool) is not (kind is bool) or not isinstance(value, numeric):
+        raise ConfigError(f"expected {kind.__name__}, got {value!r}", file=file, field=f"{where}.{key}")
     return value
 
 
@@ -121,20 +124,29 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
         measured = _field(entry, "measured", file, rid, dict)
         misplaced = set(strat) & _BATCH_KEYS
         if misplaced:
-            raise ConfigError(f"run '{rid}': {', '.join(sorted(misplaced))} belong(s) under batch or precision",
-                              file=file, field="strategy")
+            raise ConfigError(f"{', '.join(sorted(misplaced))} belong(s) under batch or precision", file=file,
+                              field=f"{rid}.strategy")
+        unknown_keys = set(strat) - _STRATEGY_KEYS
+        if unknown_keys:
+            raise ConfigError(f"unknown field; allowed: {', '.join(sorted(_STRATEGY_KEYS))}", file=file,
+                              field=f"{rid}.strategy.{sorted(unknown_keys)[0]}")
         precision = str(entry.get("precision", "bf16"))
         dropout = entry.get("dropout")
-        if dropout is not None and not isinstance(dropout, bool):
-            raise ConfigError(f"run '{rid}': expected true or false, got {dropout!r}", file=file, field="dropout")
+        if dropout is not None:
+            dropout = _field(entry, "dropout", file, rid, bool)
         gpus = _field(entry, "gpus", file, rid, int)
         layout = {k: v for k, v in strat.items() if k != "dp"}
-        layout.update(gbs=_field(batch, "gbs", file, rid, int), seq=_field(batch, "seq", file, rid, int),
+        layout.update(gbs=_field(batch, "gbs", file, f"{rid}.batch", int),
+                      seq=_field(batch, "seq", file, f"{rid}.batch", int),
                       # fp16 mixed precision runs at the bf16 tensor-core rate (A100 era).
                       precision="fp8" if precision == "fp8" else "bf16")
         strategy = dataclass_from_mapping(Strategy, layout, file, f"{rid}.strategy")
-        if "dp" in strat and strat["dp"] != strategy.dp(gpus):
-            raise ConfigError(f"run '{rid}': dp={strat['dp']!r}, but {gpus} GPUs / (tp·pp·cp = "
+        try:
+            Layouts.from_strategies([strategy])  # names a recompute, schedule or dispatch it does not know
+        except InvalidStrategyError as e:
+            raise ConfigError(str(e), file=file, field=f"{rid}.strategy") from None
+        if "dp" in strat and (_field(strat, "dp", file, f"{rid}.strategy", int) != strategy.dp(gpus)):
+            raise ConfigError(f"dp={strat['dp']}, but {gpus} GPUs / (tp·pp·cp = "
                               f"{strategy.tp * strategy.pp * strategy.cp}) = {strategy.dp(gpus)}", file=file,
                               field=f"{rid}.strategy.dp")
         model_file = path.parent / "models" / str(_field(entry, "model", file, rid, str))
@@ -142,7 +154,7 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
             id=rid, group=str(entry.get("group", "")), tier=str(entry.get("tier", "")),
             source=str(entry.get("source", "")), cluster=_cluster_ref(_field(entry, "cluster", file, rid, str), path),
             gpus=gpus, model_file=model_file, strategy=strategy,
-            tokens_per_s_per_gpu=float(_field(measured, "tokens_per_s_per_gpu", file, rid, float)),
+            tokens_per_s_per_gpu=float(_field(measured, "tokens_per_s_per_gpu", file, f"{rid}.measured", float)),
             peak_memory_gib=measured.get("peak_memory_gib"), memory_rank=str(measured.get("memory_rank", "peak")),
             unknown=tuple(entry.get("unknown") or ()), notes=str(entry.get("notes", "")), dropout=dropout,
         ))
