@@ -379,6 +379,15 @@ def test_explain_legacy_pipeline_flags(run_json):
     assert waiting["time_breakdown"]["pp_comm"]["exposed"] > overlapped["time_breakdown"]["pp_comm"]["exposed"]
 
 
+@pytest.mark.parametrize(("extra", "flag"), [(("--sp", "--pp-scatter-gather"), "--pp-scatter-gather"),
+                                             (("--no-p2p-overlap",), "--no-p2p-overlap")])
+def test_explain_refuses_a_legacy_flag_the_layout_cannot_use(run_cli, extra, flag):
+    """--pp-scatter-gather with SP, or --no-p2p-overlap on 1F1B, would do nothing: a usage error (exit 2)."""
+    code, _, err = run_cli("explain", "-m", "gpt3-175b", "-c", "a100-80gb", "-n", "64", "--tp", "8", "--pp", "8",
+                           "--gbs", "64", "--seq", "2048", *extra)
+    assert code == 2 and flag in err
+
+
 def test_interleaved_transfers_wait_without_p2p_overlap():
     """Megatron-LM before --overlap-p2p-communication (2023): each of an interleaved micro-batch's 2·v
     transfers per rank waits; with the overlap only their latency shows (formulas.md §4.2)."""

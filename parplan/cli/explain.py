@@ -86,6 +86,13 @@ def explain(
         redundant_experts=redundant_experts, ep_overlap=ep_overlap, p2p_overlap=p2p_overlap,
         pp_scatter_gather=pp_scatter_gather,
     )
+    # A switch the layout cannot use is a usage error rather than a silent no-op.
+    if pp_scatter_gather and not strategy.pp_scatter_gather:
+        raise typer.BadParameter("acts only on a pipeline (pp > 1) with tp > 1 and --no-sp (SP already shards "
+                                 "the stage tensor)", param_hint="--pp-scatter-gather")
+    if not p2p_overlap and strategy.p2p_overlap:
+        raise typer.BadParameter("acts only on the interleaved schedule with pp > 1 (1F1B and ZB wait for their "
+                                 "transfers, DualPipe always overlaps them)", param_hint="--no-p2p-overlap")
     est = evaluate(model_spec, cluster_spec, strategy, workload=workload)
     moe = moe_section(model_spec, cluster_spec, est, workload)
     sentence = bottleneck(est, cluster_spec)
