@@ -308,6 +308,7 @@ def test_run_dropout_setting_applies_to_its_model(tmp_path):
     ("{tp: 8, gbs: 8}", "x.strategy", "under batch"),
     ("{tp: 8, dp: true}", "x.strategy.dp", "expected int"),
     ("{tp: 8, schedule: gpipe}", "x.strategy", "schedule must be one of"),
+    ("{tp: 8}\n  precision: fp32", "x.precision", "expected one of bf16, fp16, fp8"),
 ])
 def test_runs_file_strategy_errors_name_the_field(tmp_path, strategy, field, message):
     """A runs file's layout is checked field by field: types, unknown keys, a dp that the GPU count

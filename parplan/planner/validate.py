@@ -26,6 +26,8 @@ from parplan.planner.strategy import Layouts, Strategy
 
 _BATCH_KEYS = {"gbs", "seq", "precision"}
 """Strategy fields a runs file gives outside `strategy` (under `batch`, and `precision` at the top)."""
+_RUN_PRECISIONS = ("bf16", "fp16", "fp8")
+"""A run's training precision; fp16 is costed as bf16 (same tensor-core rate on A100 and H100)."""
 _STRATEGY_KEYS = {f.name for f in fields(Strategy)} - _BATCH_KEYS | {"dp"}
 """What a run's `strategy` may hold: the layout fields, and dp (checked against the GPU count)."""
 
@@ -130,7 +132,10 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
         if unknown_keys:
             raise ConfigError(f"unknown field; allowed: {', '.join(sorted(_STRATEGY_KEYS))}", file=file,
                               field=f"{rid}.strategy.{sorted(unknown_keys)[0]}")
-        precision = str(entry.get("precision", "bf16"))
+        precision = _field(entry, "precision", file, rid, str) if "precision" in entry else "bf16"
+        if precision not in _RUN_PRECISIONS:
+            raise ConfigError(f"expected one of {', '.join(_RUN_PRECISIONS)}, got {precision!r}", file=file,
+                              field=f"{rid}.precision")
         dropout = entry.get("dropout")
         if dropout is not None:
             dropout = _field(entry, "dropout", file, rid, bool)
@@ -138,7 +143,6 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
         layout = {k: v for k, v in strat.items() if k != "dp"}
         layout.update(gbs=_field(batch, "gbs", file, f"{rid}.batch", int),
                       seq=_field(batch, "seq", file, f"{rid}.batch", int),
-                      # fp16 mixed precision runs at the bf16 tensor-core rate (A100 era).
                       precision="fp8" if precision == "fp8" else "bf16")
         strategy = dataclass_from_mapping(Strategy, layout, file, f"{rid}.strategy")
         try:
