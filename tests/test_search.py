@@ -187,3 +187,24 @@ def test_validate_rank_places_the_published_layout(run_cli):
     assert code == 0, err
     rows = json.loads(out)["runs"]
     assert rows and all(r["rank"] is None or r["rank"] >= 1 for r in rows)
+
+
+def test_scatter_gather_space_marks_exactly_the_layouts_strategy_keeps_it_for():
+    """With pp_scatter_gather (DeepSpeed's pipeline engine), the search sets the flag exactly where
+    Strategy's normalisation keeps it (no SP, tp > 1, pp > 1), so vector and scalar layouts agree."""
+    model, cluster = load_model("llama3.1-8b"), load_cluster("h100", gpus=16)
+    space = SearchSpace(tp=(1, 2), pp=(1, 2), cp=(1,), zero=(0,), recompute=("none",), schedule=("1f1b",),
+                        mbs=(1,), tp_overlap=(False,), pp_scatter_gather=True)
+    marked = 0
+    for lay in enumerate_layouts(model, cluster, 16, 2048, space):
+        for i in range(len(lay)):
+            s = lay.strategy(i)
+            assert bool(lay.pp_scatter_gather[i]) == s.pp_scatter_gather == (s.tp > 1 and s.pp > 1 and not s.sp)
+            marked += s.pp_scatter_gather
+    assert marked > 0
+
+
+def test_cli_plan_for_deepspeed_costs_partitioned_stage_tensors(run_json):
+    doc = run_json("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "16", "--gbs", "16", "--seq", "2048",
+                   "--tp", "2", "--pp", "2", "--sp", "off", "--framework", "deepspeed", "--top", "1")
+    assert doc["plans"][0]["strategy"]["pp_scatter_gather"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Annotated
 
@@ -158,6 +159,8 @@ def plan_command(
     layout_filter = None
     if framework is not None:
         framework_mask(framework, Layouts.from_strategies([Strategy()]))  # unknown names fail here, clearly
+        # DeepSpeed's pipeline engine partitions stage tensors over TP (PartitionedTensor): cost it so.
+        space = dataclasses.replace(space, pp_scatter_gather=framework == "deepspeed")
 
         def layout_filter(lay: Layouts) -> np.ndarray:
             return framework_mask(framework, lay, model=model_spec)

@@ -58,6 +58,9 @@ class SearchSpace:
     """EPLB redundant expert slots per MoE layer to consider (each a multiple of ep)."""
     ep_overlap: tuple[bool, ...] = (False, True)
     """Megatron's EP all-to-all overlap on or off (MoE only; the rules keep it where Megatron allows it)."""
+    pp_scatter_gather: bool = False
+    """The pipeline engine partitions stage tensors over TP without SP (DeepSpeed's does: `plan --framework
+    deepspeed` sets this); Megatron-Core and torchtitan send them whole (Strategy.pp_scatter_gather)."""
     tp_in_domain: bool = True
     """Unless tp (etp) values are listed explicitly, keep tp and etp inside one scale-up domain: a TP group
     on the NIC all-reduces every layer's activations over it, which no published large run does."""
@@ -151,7 +154,9 @@ def _expand(cell: dict, gbs: int, seq: int, space: SearchSpace) -> dict[str, np.
         "sp": sp_ovl[pair, 0], "recompute": rc, "schedule": codes[s_idx], "precision": prec,
         "flash_attention": full(True, bool), "tp_overlap": sp_ovl[pair, 1], "dispatch": full(0, np.int8),
         "redundant_experts": redundant, "ep_overlap": full(False, bool),
-        "p2p_overlap": full(True, bool), "pp_scatter_gather": full(False, bool),
+        "p2p_overlap": full(True, bool),
+        # Normalised as Strategy does: only a no-SP pipeline with tp > 1 has anything to scatter.
+        "pp_scatter_gather": space.pp_scatter_gather & ~sp_ovl[pair, 0] & (cell["tp"] > 1) & (cell["pp"] > 1),
     }
 
 
