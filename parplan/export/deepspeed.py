@@ -27,7 +27,7 @@ from parplan.export.common import (
 )
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
-from parplan.planner.strategy import Layouts, Strategy
+from parplan.planner.strategy import PRECISIONS, Layouts, Strategy
 
 NAME = "DeepSpeed"
 CONFIG = "ds_config.json"
@@ -56,7 +56,7 @@ RULES: tuple[Support, ...] = (
     Support("zbh1_without_sp", lambda lay, m: ~is_schedule(lay, "zb-h1") | ~lay.sp,
             lambda s: "Megatron-DeepSpeed asserts --sequence-parallel is off with --enable-zbh1-pipeline; "
                       "set sp off or use schedule 1f1b"),
-    Support("no_fp8", lambda lay, m: lay.precision == 0,
+    Support("no_fp8", lambda lay, m: lay.precision != PRECISIONS.index("fp8"),
             lambda s: "the DeepSpeed config has no fp8 training mode (Megatron-DeepSpeed's --fp8-hybrid path "
                       "needs Transformer Engine layers parplan does not emit); use precision bf16"),
     Support("no_tp_overlap", lambda lay, m: ~lay.tp_overlap,

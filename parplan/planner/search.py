@@ -160,7 +160,7 @@ def _expand(cell: dict, gbs: int, seq: int, space: SearchSpace) -> dict[str, np.
     }
 
 
-_TIME_ONLY_RULES = tuple(r for r in RULES if r.name in ("dispatch_needs_moe", "fp8_dispatch_needs_fp8", "ep_overlap"))
+_TIME_ONLY_RULES = tuple(r for r in RULES if r.time_only)
 """The rules that read the time-only fields (the base layouts already pass every other rule)."""
 
 

@@ -232,6 +232,9 @@ class Rule:
     name: str
     ok: Callable[[Layouts, ModelSpec, ClusterSpec], np.ndarray]
     message: Callable[[Strategy, ModelSpec, ClusterSpec], str]
+    time_only: bool = False
+    """Reads a field that changes the step time but not memory (dispatch, ep_overlap): the search checks it
+    when it expands those fields after the memory check."""
 
 
 def _experts(m: ModelSpec) -> int:
@@ -306,17 +309,18 @@ RULES: tuple[Rule, ...] = (
          lambda s, m, c: f"{s.schedule} needs at least 2·pp = {2 * s.pp} micro-batches"
                          f"{' (an even number)' if s.schedule == 'dualpipe' else ''}, got "
                          f"{s.microbatches(c.gpus)}"),
-    Rule("fp8_supported", lambda lay, m, c: (lay.precision == 0) | c.gpu.supports_fp8,
+    Rule("fp8_supported", lambda lay, m, c: (lay.precision != PRECISIONS.index("fp8")) | c.gpu.supports_fp8,
          lambda s, m, c: f"{c.gpu.name} has no fp8 tensor cores; use precision bf16"),
     Rule("dispatch_needs_moe", lambda lay, m, c: (lay.dispatch == 0) | (m.moe is not None),
-         lambda s, m, c: f"dispatch={s.dispatch} applies to mixture-of-experts models; {m.name} is dense"),
+         lambda s, m, c: f"dispatch={s.dispatch} applies to mixture-of-experts models; {m.name} is dense",
+         time_only=True),
     # DeepSeek-V3 dispatches in fp8 because its expert GEMMs take fp8 inputs anyway (§3.3); under bf16
     # GEMMs an fp8 dispatch would change the numerics, so it goes with fp8 training only.
     Rule("fp8_dispatch_needs_fp8",
          lambda lay, m, c: (lay.dispatch != DISPATCHERS.index("deepep-fp8"))
          | (lay.precision == PRECISIONS.index("fp8")),
          lambda s, m, c: "dispatch deepep-fp8 goes with precision fp8 (the expert GEMMs quantise their inputs "
-                         "anyway); use deepep with bf16"),
+                         "anyway); use deepep with bf16", time_only=True),
     Rule("redundant_experts",
          lambda lay, m, c: (lay.redundant_experts == 0) | ((m.moe is not None) & (lay.redundant_experts > 0)
                                                            & (lay.redundant_experts % lay.ep == 0)),
@@ -338,7 +342,7 @@ RULES: tuple[Rule, ...] = (
                           "DualPipe overlaps the all-to-all by construction: leave ep_overlap off"
                           if s.schedule.startswith("dualpipe") else
                           "ep_overlap needs the interleaved schedule (vpp > 1) when pp > 1, or pp = 1 with at least "
-                          "two micro-batches")),
+                          "two micro-batches"), time_only=True),
 )
 
 
