@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from parplan.cli import main
+from parplan.models import load_model
 
 DATA = Path(__file__).parent / "data"
 
@@ -32,3 +33,18 @@ def run_json(run_cli):
         return json.loads(out)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def llama70():
+    return load_model("llama3.1-70b")
+
+
+@pytest.fixture(scope="session")
+def dsv3():
+    return load_model("deepseek-v3")
+
+
+@pytest.fixture(scope="session")
+def qwen_moe():
+    return load_model("qwen3-30b-a3b")

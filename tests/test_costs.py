@@ -10,10 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parplan.errors import InvalidStrategyError
+from parplan.errors import ConfigError, InvalidStrategyError
 from parplan.hardware import load_cluster
+from parplan.hardware.efficiency import Collective, collective_time
 from parplan.models import LayerKind, load_model, model_from_hf_dict
-from parplan.planner import Layouts, Strategy, evaluate, evaluate_layouts
+from parplan.planner import Layouts, Strategy, comm, evaluate, evaluate_layouts
 from parplan.planner.context import Ctx
 from parplan.planner.memory import layer_activation_bytes, model_state_bytes
 from parplan.planner.schedule import (
@@ -26,6 +27,7 @@ from parplan.planner.schedule import (
     inflight_microbatches,
     virtual_stage_layers,
 )
+from parplan.planner.validate import load_runs, validate_runs
 
 # ----------------------------------------------------------------------------------- model states (ZeRO)
 
@@ -259,8 +261,6 @@ def test_positive_and_finite_for_valid_layouts(name):
 
 @pytest.fixture(scope="module")
 def validation():
-    from parplan.planner.validate import load_runs, validate_runs
-
     return validate_runs(load_runs())
 
 
@@ -286,8 +286,6 @@ def test_korthikanti_runs_error(validation):
 def test_run_dropout_setting_applies_to_its_model(tmp_path):
     """A run's `dropout` (a training flag, Megatron --attention-dropout) overrides the model file's; a
     non-boolean value is a config error naming the field."""
-    from parplan.errors import ConfigError
-    from parplan.planner.validate import load_runs
 
     runs = {r.id: r for r in load_runs()}
     sp = runs["korthikanti22_22b_seqpar_selective"]
@@ -313,8 +311,6 @@ def test_run_dropout_setting_applies_to_its_model(tmp_path):
 def test_runs_file_strategy_errors_name_the_field(tmp_path, strategy, field, message):
     """A runs file's layout is checked field by field: types, unknown keys, a dp that the GPU count
     contradicts, batch keys in the wrong section."""
-    from parplan.errors import ConfigError
-    from parplan.planner.validate import load_runs
 
     path = tmp_path / "runs.yaml"
     path.write_text(f"- id: x\n  strategy: {strategy}\n  batch: {{gbs: 8, seq: 2048}}\n"
@@ -346,8 +342,6 @@ def test_optimizer_step_traffic(zero, pp, adam_share, buffer_share):
 def test_pp_scatter_gather_sends_a_tp_share_and_gathers_it():
     """Narayanan 2021 §4.1: without SP each TP rank sends 1/tp of the boundary tensor over its own NIC and
     the receiving node all-gathers it over NVLink, instead of every rank sending the whole tensor."""
-    from parplan.hardware.efficiency import Collective, collective_time
-    from parplan.planner import comm
 
     model = _gpt()
     full, sg = (_ctx(model, gpus=16, tp=8, pp=2, sp=False, seq=2048, pp_scatter_gather=on) for on in (False, True))
@@ -392,7 +386,6 @@ def test_explain_refuses_a_legacy_flag_the_layout_cannot_use(run_cli, extra, fla
 def test_interleaved_transfers_wait_without_p2p_overlap():
     """Megatron-LM before --overlap-p2p-communication (2023): each of an interleaved micro-batch's 2·v
     transfers per rank waits; with the overlap only their latency shows (formulas.md §4.2)."""
-    from parplan.planner import comm
 
     model = _gpt()
     kw = dict(gpus=64, tp=8, pp=8, vpp=3, schedule="interleaved", seq=2048)

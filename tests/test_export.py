@@ -161,21 +161,6 @@ def fields(s: Strategy, names: list[str]) -> dict[str, object]:
     return {n: getattr(s, n) for n in names}
 
 
-@pytest.fixture(scope="module")
-def llama70():
-    return load_model("llama3.1-70b")
-
-
-@pytest.fixture(scope="module")
-def dsv3():
-    return load_model("deepseek-v3")
-
-
-@pytest.fixture(scope="module")
-def qwen_moe():
-    return load_model("qwen3-30b-a3b")
-
-
 # (model fixture, gpus, strategy) for the round trips; covers even, uneven first/last and layout placements.
 MEGATRON_CASES = [
     ("llama70", 64, Strategy(tp=8, pp=4, vpp=5, schedule="interleaved", gbs=128, seq=8192, recompute="selective",
@@ -427,9 +412,6 @@ def test_launch_text_has_every_file_and_the_notes(dsv3):
 def test_scatter_gather_plans_warn_megatron_core_users():
     """A plan costed with legacy Megatron's pipeline scatter-gather says Megatron-Core sends whole tensors;
     DeepSpeed's pipeline engine partitions them itself, so its launch has nothing to add."""
-    from parplan import Strategy, load_cluster, load_model
-    from parplan.export import export
-
     model, cluster = load_model("gpt3-175b"), load_cluster("a100-80gb", gpus=64)
     s = Strategy(tp=8, pp=8, sp=False, pp_scatter_gather=True, gbs=64, seq=2048, recompute="full")
     assert any("scatter-gather" in n for n in export(model, cluster, s, "megatron").notes)

@@ -7,18 +7,7 @@ import pytest
 
 from parplan.errors import InvalidStrategyError
 from parplan.hardware import load_cluster
-from parplan.models import load_model
 from parplan.planner.strategy import RULES, Layouts, Strategy, valid_mask
-
-
-@pytest.fixture(scope="module")
-def llama70():
-    return load_model("llama3.1-70b")
-
-
-@pytest.fixture(scope="module")
-def dsv3():
-    return load_model("deepseek-v3")
 
 
 def check(model, gpus, cluster="h100", **kw):

@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from parplan.planner.api import gpu_counts
+
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Preset name, HF config.json or parplan YAML file.")]
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Cluster preset or cluster YAML file.")]
@@ -13,3 +15,18 @@ GpusOpt = Annotated[int, typer.Option("--gpus", "-n", min=1, help="Total GPUs in
 SeqOpt = Annotated[int, typer.Option("--seq", min=1, help="Sequence length, tokens.")]
 ExpertLoadOpt = Annotated[str | None, typer.Option(
     help="Router load: uniform (default), zipf[:exponent] or a per-expert counts file (CSV/JSON/YAML).")]
+GpuCountsOpt = Annotated[str, typer.Option(
+    "--gpus", "-n", help="GPU count, list (256,512) or powers of two (256..4096).")]
+PrecisionsOpt = Annotated[str, typer.Option(help="bf16, fp8 or bf16,fp8.")]
+MemoryFractionOpt = Annotated[float, typer.Option(min=0.1, max=1.0, help="Use at most this share of GPU memory.")]
+
+
+def parse_gpu_counts(text: str) -> list[int]:
+    """The GPU counts of a --gpus value; a malformed or empty one is a usage error."""
+    try:
+        counts = gpu_counts(text)
+    except ValueError:
+        raise typer.BadParameter("expected N, a list N,M or a range N..M", param_hint="--gpus") from None
+    if not counts:
+        raise typer.BadParameter("no GPU count in the range", param_hint="--gpus")
+    return counts

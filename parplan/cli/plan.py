@@ -11,13 +11,23 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from parplan.cli._options import ClusterOpt, ExpertLoadOpt, JsonOpt, ModelOpt, SeqOpt
+from parplan.cli._options import (
+    ClusterOpt,
+    ExpertLoadOpt,
+    GpuCountsOpt,
+    JsonOpt,
+    MemoryFractionOpt,
+    ModelOpt,
+    PrecisionsOpt,
+    SeqOpt,
+    parse_gpu_counts,
+)
 from parplan.cli._output import console, err_console, print_json, print_text
 from parplan.errors import ConfigError, NoFeasiblePlanError
 from parplan.export import Launch, export, framework_mask
 from parplan.hardware import load_cluster
 from parplan.models import load_model
-from parplan.planner.api import gpu_counts, space_from_options, why_better
+from parplan.planner.api import space_from_options, why_better
 from parplan.planner.estimate import Estimate
 from parplan.planner.search import OBJECTIVES, PlanResult, plan_or_raise
 from parplan.planner.strategy import Layouts, Strategy
@@ -98,7 +108,7 @@ def _plan_doc(result: PlanResult, sources: dict[str, str]) -> dict[str, object]:
 def plan_command(
     model: ModelOpt,
     cluster: ClusterOpt,
-    gpus: Annotated[str, typer.Option("--gpus", "-n", help="GPU count, list (256,512) or powers of two (256..4096).")],
+    gpus: GpuCountsOpt,
     gbs: Annotated[int, typer.Option(min=1, help="Global batch, sequences per step.")],
     seq: SeqOpt = 4096,
     tp: IntSpec = None,
@@ -116,14 +126,13 @@ def plan_command(
     sp: Annotated[str | None, typer.Option(help="on, off (default: both).")] = None,
     recompute: Annotated[str | None, typer.Option(help="Allowed: none,selective,full (default all).")] = None,
     schedule: Annotated[str | None, typer.Option(help="Allowed schedules, e.g. 1f1b,interleaved.")] = None,
-    precision: Annotated[str, typer.Option(help="bf16, fp8 or bf16,fp8.")] = "bf16",
+    precision: PrecisionsOpt = "bf16",
     dispatch: Annotated[str | None, typer.Option(
         help="MoE dispatchers to consider: alltoall,deepep,deepep-fp8 (default all).")] = None,
     redundant_experts: IntSpec = None,
     ep_overlap: Annotated[str | None, typer.Option(help="EP all-to-all overlap: on, off (default: both).")] = None,
     expert_load: ExpertLoadOpt = None,
-    max_memory_fraction: Annotated[float, typer.Option(min=0.1, max=1.0,
-                                                       help="Use at most this share of GPU memory.")] = 1.0,
+    max_memory_fraction: MemoryFractionOpt = 1.0,
     objective: Annotated[str, typer.Option(help="throughput, memory or cost.")] = "throughput",
     within: Annotated[float, typer.Option(help="--objective memory: throughput slack vs the best.")] = 0.05,
     tokens: Annotated[float | None, typer.Option(help="Token budget, e.g. 15e12 (with --days or for cost).")] = None,
@@ -140,12 +149,7 @@ def plan_command(
         raise typer.BadParameter(f"must be one of {', '.join(OBJECTIVES)}", param_hint="--objective")
     if days is not None and tokens is None:
         raise typer.BadParameter("--days needs --tokens", param_hint="--days")
-    try:
-        counts = gpu_counts(gpus)
-    except ValueError:
-        raise typer.BadParameter("expected N, a list N,M or a range N..M", param_hint="--gpus") from None
-    if not counts:
-        raise typer.BadParameter("no GPU count in the range", param_hint="--gpus")
+    counts = parse_gpu_counts(gpus)
     space = space_from_options(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs, max_tp=max_tp,
                                max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, sp=sp, recompute=recompute,
                                schedule=schedule, precision=precision, dispatch=dispatch,

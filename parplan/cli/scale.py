@@ -7,12 +7,22 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from parplan.cli._options import ClusterOpt, ExpertLoadOpt, JsonOpt, ModelOpt, SeqOpt
+from parplan.cli._options import (
+    ClusterOpt,
+    ExpertLoadOpt,
+    GpuCountsOpt,
+    JsonOpt,
+    MemoryFractionOpt,
+    ModelOpt,
+    PrecisionsOpt,
+    SeqOpt,
+    parse_gpu_counts,
+)
 from parplan.cli._output import console, print_json
 from parplan.errors import NoFeasiblePlanError
 from parplan.hardware import load_cluster
 from parplan.models import load_model
-from parplan.planner.api import gpu_counts, space_from_options
+from parplan.planner.api import space_from_options
 from parplan.planner.scaling import scale, thresholds
 from parplan.planner.workload import parse_expert_load
 from parplan.plots import plot_scaling
@@ -26,21 +36,18 @@ def _short(sentence: str) -> str:
 def scale_command(
     model: ModelOpt,
     cluster: ClusterOpt,
-    gpus: Annotated[str, typer.Option("--gpus", "-n", help="Counts: a list (8,16,64) or powers of two (8..4096).")],
+    gpus: GpuCountsOpt,
     gbs: Annotated[int, typer.Option(min=1, help="Global batch (sequences); with --weak, at the smallest count.")],
     seq: SeqOpt = 4096,
     weak: Annotated[bool, typer.Option("--weak", help="Grow the batch with the GPU count (weak scaling).")] = False,
-    precision: Annotated[str, typer.Option(help="bf16, fp8 or bf16,fp8.")] = "bf16",
-    max_memory_fraction: Annotated[float, typer.Option(min=0.1, max=1.0)] = 1.0,
+    precision: PrecisionsOpt = "bf16",
+    max_memory_fraction: MemoryFractionOpt = 1.0,
     expert_load: ExpertLoadOpt = None,
     plot: Annotated[str | None, typer.Option(help="Write speedup and efficiency curves to this PNG.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Best layout at each GPU count; speedup and efficiency relative to the smallest count that fits."""
-    try:
-        counts = gpu_counts(gpus)
-    except ValueError:
-        raise typer.BadParameter("expected a list N,M or a range N..M", param_hint="--gpus") from None
+    counts = parse_gpu_counts(gpus)
     space = space_from_options(precision=precision, max_memory_fraction=max_memory_fraction)
     model_spec, base = load_model(model), load_cluster(cluster)
     points = scale(model_spec, base, counts, gbs=gbs, seq=seq, weak=weak, space=space,
