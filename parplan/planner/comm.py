@@ -61,10 +61,6 @@ class Comm:
     total: np.ndarray
     exposed: np.ndarray
 
-    @property
-    def hidden(self) -> np.ndarray:
-        return self.total - self.exposed
-
 
 def _overlap(comm: np.ndarray, window: np.ndarray, cost: float) -> np.ndarray:
     """Exposed time of `comm` run beside `window` seconds of compute, plus the compute it slows."""
@@ -223,11 +219,10 @@ def _p2p_one(ctx: Ctx) -> np.ndarray:
     sends the whole tensor, unless Megatron-LM's scatter-gather (Narayanan 2021 §4.1) sends 1/tp per rank
     over its own link and all-gathers the tensor inside the receiving node."""
     msg = ctx.tokens * ctx.model.hidden * ACT_BYTES
-    scatter = ctx.lay.pp_scatter_gather & ~ctx.sp & (ctx.t > 1)  # what Strategy normalises, for raw Layouts
-    send = collective_time(ctx.cluster, Collective.SEND_RECV, msg / np.where(ctx.sp | scatter, ctx.t, 1), 2,
-                           np.where(ctx.pp_same_domain, 2.0, 1.0))
+    send = collective_time(ctx.cluster, Collective.SEND_RECV, msg / np.where(ctx.sp | ctx.scatter_gather, ctx.t, 1),
+                           2, np.where(ctx.pp_same_domain, 2.0, 1.0))
     gather = collective_time(ctx.cluster, Collective.ALL_GATHER, msg, ctx.t, ctx.tp_domain)
-    return send + np.where(scatter, gather, 0.0)
+    return send + np.where(ctx.scatter_gather, gather, 0.0)
 
 
 def _chunks(ctx: Ctx) -> np.ndarray:

@@ -57,6 +57,8 @@ class Ctx:
     tokens_moe: np.ndarray
     """Tokens entering an MoE layer on one rank (sequence-parallel shard when tp > 1)."""
     sp: np.ndarray
+    scatter_gather: np.ndarray
+    """Stage tensors scatter-gathered over TP (Strategy.pp_scatter_gather, where it acts: no SP, tp > 1)."""
     fp8: np.ndarray
     flash: np.ndarray
     recompute: np.ndarray
@@ -104,6 +106,7 @@ class Ctx:
             model=model, cluster=cluster, lay=lay, t=t, p=p, c=c, e=e, et=et, v=lay.vpp.astype(np.int64),
             b=b, s=s, dp=dp, edp=edp, m=lay.gbs // np.maximum(1, dp * lay.mbs),
             tokens=tokens, tokens_sp=tokens_sp, tokens_moe=tokens_moe, sp=sp,
+            scatter_gather=lay.pp_scatter_gather & ~sp & (t > 1),
             fp8=lay.precision == FP8, flash=lay.flash_attention.astype(bool), recompute=lay.recompute,
             vocab_padded=np.ceil(model.vocab / (128 * t)) * 128 * t,
             tp_domain=members_per_domain(d, np.ones_like(t), t),

@@ -27,7 +27,6 @@ from parplan.planner.workload import UNIFORM, Workload
 
 TIME_COMPONENTS = ("gemm", "attention", "elementwise", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm",
                    "pipeline_bubble", "dp_grad_reduce", "dp_param_gather", "optimizer")
-COMM_COMPONENTS = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_grad_reduce", "dp_param_gather")
 MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "buffers")
 
 
@@ -264,15 +263,24 @@ def _rank_params(ctx: Ctx, pat: dict[str, np.ndarray]) -> _RankParams:
     )
 
 
+def _model_states(ctx: Ctx, params: _RankParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(N, K) bytes of weights, gradients and optimizer states per rank pattern: dense parameters sharded
+    over cp·dp, expert parameters over the expert-DP group. The memory model and the optimizer step (which
+    streams the states) both read them."""
+    zero = ctx.lay.zero[:, None]
+    sharded_grads = comm.reduces_every_microbatch(ctx)[:, None]
+    dense = memory.model_state_bytes(params.dense, (ctx.c * ctx.dp).astype(float)[:, None], zero,
+                                     grads_sharded=sharded_grads)
+    expert = memory.model_state_bytes(params.expert, ctx.edp.astype(float)[:, None], zero,
+                                      grads_sharded=sharded_grads)
+    weights, grads, optim = (d + e for d, e in zip(dense, expert, strict=True))
+    return weights, grads, optim
+
+
 def _rank_memory(ctx: Ctx, pat: dict[str, np.ndarray], params: _RankParams) -> memory.RankMemory:
     """Bytes per rank pattern (N, K) by component (formulas.md §3)."""
     model, lay, n = ctx.model, ctx.lay, len(ctx.lay)
-    zero = lay.zero[:, None]
-    sharded_grads = comm.reduces_every_microbatch(ctx)[:, None]
-    shard_d = (ctx.c * ctx.dp).astype(float)[:, None]
-    shard_e = ctx.edp.astype(float)[:, None]
-    wd, gd, od = memory.model_state_bytes(params.dense, shard_d, zero, grads_sharded=sharded_grads)
-    we, ge, oe = memory.model_state_bytes(params.expert, shard_e, zero, grads_sharded=sharded_grads)
+    weights, grads, optim = _model_states(ctx, params)
     inflight = inflight_microbatches(pat["rank"], ctx.p[:, None], ctx.v[:, None], ctx.m[:, None],
                                      lay.schedule[:, None])
     act_d = memory.layer_activation_bytes(ctx, LayerKind.DENSE)
@@ -286,7 +294,7 @@ def _rank_memory(ctx: Ctx, pat: dict[str, np.ndarray], params: _RankParams) -> m
     fp8_cache = np.where(ctx.fp8[:, None], memory.FP8_WEIGHT_CACHE_BYTES * params.linear, 0.0)
     logits, working = memory.transient_bytes(ctx)
     buffers = zero3_buffers[:, None] + fp8_cache + pat["head"] * logits[:, None] + working[:, None]
-    return memory.RankMemory(weights=wd + we, gradients=gd + ge, optimizer=od + oe, activations=activations,
+    return memory.RankMemory(weights=weights, gradients=grads, optimizer=optim, activations=activations,
                              buffers=buffers)
 
 
@@ -371,13 +379,10 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, br
     traffic = comm.dp_traffic(g_ctx, params.dense[g_first, 0], params.expert[g_first, 0],
                               (dense[:, 0] + moe[:, 0])[g_first]).take(g_inverse)
     dp = comm.dp_step(ctx, traffic, t_f[:, 0], t_b[:, 0], c_f[:, 0], c_b[:, 0])
-    zero = col(lay.zero)
-    local = (params.dense / np.where(zero >= 1, col((ctx.c * ctx.dp).astype(float)), 1)
-             + params.expert / np.where(zero >= 1, col(ctx.edp.astype(float)), 1))
-    # The gradient buffer is sharded only where gradients are reduce-scattered every micro-batch (ZeRO-2/3
-    # without a pipeline), as the memory model holds it.
-    grad_buffer = np.where(col(comm.reduces_every_microbatch(ctx)), local, params.dense + params.expert)
-    optimizer = np.max(np.where(real, compute.optimizer_time(ctx, local, grad_buffer), 0.0), axis=1)
+    _, grads, optim = _model_states(ctx, params)
+    # The step updates the parameters whose optimizer states the rank holds and zeroes its gradient buffer.
+    step_time = compute.optimizer_time(ctx, optim / memory.OPTIMIZER_BYTES, grads / memory.MAIN_GRAD_BYTES)
+    optimizer = np.max(np.where(real, step_time, 0.0), axis=1)
     step = pipeline + dp.grad.exposed + dp.param.exposed + optimizer
 
     mem_gib: dict[str, np.ndarray] = {}
