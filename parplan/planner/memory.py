@@ -43,21 +43,16 @@ ALLOCATOR_HEADROOM = 0.05
 """Fragmentation allowance on top of the peak allocated bytes (formulas.md §3.8: usable ≈ 0.90-0.95 HBM)."""
 
 
-def sharded_params(params: np.ndarray, shard: np.ndarray, zero: np.ndarray, grads_sharded: np.ndarray | bool = True,
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """How many of the `params` a rank holds it keeps weights, gradients and optimizer states for, sharded
-    `shard` ways at ZeRO stage `zero` (ZeRO paper §5: P_os, P_os+g, P_os+g+p). `grads_sharded` False keeps
-    full gradients at ZeRO-2/3 (a pipeline accumulates them unsharded until its last micro-batch)."""
-    return (params / np.where(zero >= 3, shard, 1), params / np.where((zero >= 2) & grads_sharded, shard, 1),
-            params / np.where(zero >= 1, shard, 1))
-
-
 def model_state_bytes(params: np.ndarray, shard: np.ndarray, zero: np.ndarray,
                       grad_bytes: float = MAIN_GRAD_BYTES, grads_sharded: np.ndarray | bool = True,
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(weights, gradients, optimizer) bytes per rank: `sharded_params` times the bytes each state takes."""
-    weights, grads, optim = sharded_params(params, shard, zero, grads_sharded)
-    return weights * WEIGHT_BYTES, grads * grad_bytes, optim * OPTIMIZER_BYTES
+    """(weights, gradients, optimizer) bytes per rank for `params` held by the rank, sharded `shard` ways
+    at ZeRO stage `zero` (ZeRO paper §5: P_os, P_os+g, P_os+g+p). `grads_sharded` False keeps full
+    gradients at ZeRO-2/3 (a pipeline accumulates them unsharded until its last micro-batch)."""
+    weights = params * WEIGHT_BYTES / np.where(zero >= 3, shard, 1)
+    grads = params * grad_bytes / np.where((zero >= 2) & grads_sharded, shard, 1)
+    optim = params * OPTIMIZER_BYTES / np.where(zero >= 1, shard, 1)
+    return weights, grads, optim
 
 
 def _split(ctx: Ctx, lin) -> np.ndarray:
