@@ -12,12 +12,13 @@ HBM traffic; its byte counts per token are listed where they are computed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from parplan.hardware.efficiency import attention_efficiency, gemm_time, memory_bound_time
-from parplan.models.spec import Block, LayerKind, Shard
+from parplan.models.spec import Block, LayerKind, Linear, Shard
 from parplan.planner.context import ACT_BYTES, Ctx
 
 BACKWARD_ELEMENTWISE = 2.0
@@ -56,8 +57,6 @@ class LayerTime:
     attn_b: np.ndarray
     elem_f: np.ndarray
     elem_b: np.ndarray
-    flops_f: np.ndarray
-    """Executed forward FLOPs (GEMMs and attention core) on this rank, for HFU."""
 
     @property
     def forward(self) -> np.ndarray:
@@ -112,25 +111,31 @@ FP8_CAST_BYTES = 5
 other GEMM of the pair (read 1 B, write 1 B; Hopper fp8 GEMMs take one layout only)."""
 
 
-def block_gemm_time(ctx: Ctx, kind: LayerKind, block: Block) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) GEMM seconds of one block of a layer (e.g. the shared experts an all-to-all can
-    overlap)."""
-    fwd = bwd = np.zeros(len(ctx.lay))
-    for lin, m, n, k, count in gemm_shapes(ctx, kind):
-        if lin.block is block:
-            fwd = fwd + _gemm(ctx, m, n, k, count)
-            bwd = bwd + _gemm(ctx, m, k, n, count) + _gemm(ctx, k, n, m, count)
-    scale = ctx.cluster.calibration.compute_scale
-    return fwd / scale, bwd / scale
+@dataclass(frozen=True, slots=True)
+class GemmWork:
+    """The GEMMs of some of a layer's linears, one micro-batch, one rank."""
+
+    forward: np.ndarray
+    """Seconds of the forward GEMMs."""
+    backward: np.ndarray
+    """Seconds of the backward GEMMs: data-grad plus weight-grad."""
+    wgrad: np.ndarray
+    """The weight-grad part of `backward` (what zero-bubble schedules defer)."""
+    flops: np.ndarray
+    """Forward FLOPs, 2·M·N·K per GEMM."""
+    fp8_inputs: np.ndarray
+    """Elements of the activation (forward) and gradient (backward) operands cast to fp8 where fp8 is on."""
+    weights: np.ndarray
+    """Weight elements (what each micro-batch's weight gradient is accumulated into)."""
 
 
-def _gemms(ctx: Ctx, kind: LayerKind) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                               np.ndarray]:
-    """(forward, backward, weight-grad part, forward FLOPs, fp8 operand elements, weight elements)."""
+def gemm_work(ctx: Ctx, kind: LayerKind, keep: Callable[[Linear], bool] = lambda lin: True) -> GemmWork:
+    """Forward, data-grad and weight-grad GEMMs of the linears of a layer of `kind` that `keep` selects."""
     scale = ctx.cluster.calibration.compute_scale
-    fwd = bwd = wgrad = flops = 0.0
-    fp8_inputs = weights = 0.0
+    fwd = bwd = wgrad = flops = fp8_inputs = weights = 0.0
     for lin, m, n, k, count in gemm_shapes(ctx, kind):
+        if not keep(lin):
+            continue
         # The router stays in bf16 under fp8 recipes (Megatron/TE quantise the expert and dense linears).
         quantised = lin.block is not Block.ROUTER
         f = _gemm(ctx, m, n, k, count, quantised)
@@ -143,20 +148,20 @@ def _gemms(ctx: Ctx, kind: LayerKind) -> tuple[np.ndarray, np.ndarray, np.ndarra
         wgrad = wgrad + wg / scale
         flops = flops + 2.0 * m * n * k * count
         weights = weights + k * n * count
-    return fwd, bwd, wgrad, flops, fp8_inputs, weights
+    zero = np.zeros(len(ctx.lay))
+    return GemmWork(*(zero + x for x in (fwd, bwd, wgrad, flops, fp8_inputs, weights)))
 
 
-def _attention(ctx: Ctx) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Attention core (QKᵀ, softmax, P·V) of one layer averaged over full and sliding layers.
-
-    Returns forward time, backward time and executed forward FLOPs."""
+def _attention(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of the attention core (QKᵀ, softmax, P·V) of one layer, averaged over
+    full and sliding layers."""
     model, gpu = ctx.model, ctx.cluster.gpu
     a = model.attention
     heads = a.heads / ctx.t
     d_qk, d_v = a.qk_head_dim, a.v_head_dim
     share_sliding = a.sliding_layers / model.layers
     peak = gpu.peak_tflops["bf16"] * 1e12 * ctx.cluster.calibration.compute_scale
-    fwd = bwd = flops = 0.0
+    fwd = bwd = 0.0
     for share, sliding in ((1 - share_sliding, False), (share_sliding, True)):
         if share == 0:
             continue
@@ -185,11 +190,28 @@ def _attention(ctx: Ctx) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         soft_b = memory_bound_time(gpu, scores * (6.0 + drop), 2)
         unfused_f = (qk + pv) / ctx.cluster.calibration.compute_scale + soft_f
         unfused_b = bwd_gemms / ctx.cluster.calibration.compute_scale + soft_b
-        unfused_flops = 2.0 * count * s_q * ctx.s * (d_qk + d_v)
         fwd = fwd + share * np.where(ctx.flash, flash_f, unfused_f)
         bwd = bwd + share * np.where(ctx.flash, flash_b, unfused_b)
-        flops = flops + share * np.where(ctx.flash, f_flops, unfused_flops)
-    return fwd, bwd, flops
+    return fwd, bwd
+
+
+def _norm_bytes(ctx: Ctx) -> np.ndarray:
+    """The layer's two norms read and write their input: 4 B per element each, on the SP shard."""
+    return 8.0 * ctx.tokens_sp * ctx.model.hidden
+
+
+def _activation_bytes(ctx: Ctx) -> float:
+    """Bytes per hidden element of the MLP activation function: gated reads gate and up and writes one (6 B);
+    plain reads and writes (4 B)."""
+    return 6.0 if ctx.model.mlp.gated else 4.0
+
+
+def _expert_activation_bytes(ctx: Ctx) -> np.ndarray:
+    """The routed experts' activation function on the busiest EP rank, which handles `straggler` times the
+    average token count."""
+    moe = ctx.model.moe
+    assert moe is not None
+    return _activation_bytes(ctx) * ctx.tokens_moe * ctx.straggler * moe.top_k * moe.expert_ffn
 
 
 def _elementwise_bytes(ctx: Ctx, kind: LayerKind, fp8_inputs: np.ndarray) -> np.ndarray:
@@ -198,23 +220,23 @@ def _elementwise_bytes(ctx: Ctx, kind: LayerKind, fp8_inputs: np.ndarray) -> np.
     h = model.hidden
     a = model.attention
     tr, tok = ctx.tokens_sp, ctx.tokens
-    # 2 norms: read + write (4 B/elem); 2 residual adds: read 2 inputs, write 1 (6 B/elem);
-    # dropout after each residual branch writes a 1-byte mask and reads/writes its input (5 B/elem).
-    nbytes = tr * h * (8.0 + 12.0 + (10.0 if model.dropout else 0.0))
+    # 2 residual adds: read 2 inputs, write 1 (6 B/elem); dropout after each residual branch writes a
+    # 1-byte mask and reads/writes its input (5 B/elem).
+    nbytes = _norm_bytes(ctx) + tr * h * (12.0 + (10.0 if model.dropout else 0.0))
     q_w = a.heads * a.qk_head_dim / ctx.t
     k_w = (a.heads * a.qk_head_dim if a.mla else a.kv_heads * a.head_dim) / ctx.t
     if model.position == "rope":
         nbytes = nbytes + 4.0 * tok * (q_w + k_w)  # rotate q and k in place: read + write
     if a.qk_norm:
         nbytes = nbytes + 4.0 * tok * (q_w + k_w)
-    act = 6.0 if model.mlp.gated else 4.0  # gated: read gate and up, write 1; plain: read, write
+    act = _activation_bytes(ctx)
     if kind is LayerKind.DENSE:
         nbytes = nbytes + act * tok * model.mlp.ffn / ctx.t
     else:
         moe = model.moe
         assert moe is not None
-        tm = ctx.tokens_moe * ctx.straggler  # the busiest EP rank handles `straggler` times the average
-        nbytes = nbytes + act * tm * moe.top_k * moe.expert_ffn
+        tm = ctx.tokens_moe * ctx.straggler
+        nbytes = nbytes + _expert_activation_bytes(ctx)
         nbytes = nbytes + act * tok * moe.shared_experts * moe.shared_ffn / ctx.t
         # permute k copies (read + write), unpermute and weight them back into one token (read k, write 1),
         # router softmax/top-k in fp32 over the E scores.
@@ -230,33 +252,26 @@ MLA_UP_PROJECTIONS = ("q_up", "kv_up")
 def module_recompute_time(ctx: Ctx, kind: LayerKind) -> np.ndarray:
     """Forward work module recompute repeats in backward, beyond the attention core: the two norms (read +
     write, 4 B per element each), the routed experts' activation function and MLA's up-projection GEMMs."""
-    model = ctx.model
-    nbytes = 8.0 * ctx.tokens_sp * model.hidden
+    nbytes = _norm_bytes(ctx)
     kernels = 2
     if kind is LayerKind.MOE:
-        moe = model.moe
-        assert moe is not None
-        act = 6.0 if model.mlp.gated else 4.0
-        nbytes = nbytes + act * ctx.tokens_moe * ctx.straggler * moe.top_k * moe.expert_ffn
+        nbytes = nbytes + _expert_activation_bytes(ctx)
         kernels += 1
-    gemms = np.zeros(len(ctx.lay))
-    for lin, m, n, k, count in gemm_shapes(ctx, kind):
-        if lin.name in MLA_UP_PROJECTIONS:
-            gemms = gemms + _gemm(ctx, m, n, k, count)
-    return memory_bound_time(ctx.cluster.gpu, nbytes, kernels) + gemms / ctx.cluster.calibration.compute_scale
+    up_projections = gemm_work(ctx, kind, lambda lin: lin.name in MLA_UP_PROJECTIONS).forward
+    return memory_bound_time(ctx.cluster.gpu, nbytes, kernels) + up_projections
 
 
 def layer_time(ctx: Ctx, kind: LayerKind) -> LayerTime:
     """Forward/backward compute of one layer of `kind`, one micro-batch, one rank (no communication)."""
     gpu = ctx.cluster.gpu
-    gemm_f, gemm_b, gemm_w, gemm_flops, fp8_inputs, weights = _gemms(ctx, kind)
-    attn_f, attn_b, attn_flops = _attention(ctx)
-    elem = _elementwise_bytes(ctx, kind, fp8_inputs)
+    gemms = gemm_work(ctx, kind)
+    attn_f, attn_b = _attention(ctx)
+    elem = _elementwise_bytes(ctx, kind, gemms.fp8_inputs)
     elem_f = memory_bound_time(gpu, elem, ELEMENTWISE_KERNELS)
-    elem_b = memory_bound_time(gpu, BACKWARD_ELEMENTWISE * elem + GRAD_ACCUMULATION_BYTES * weights,
+    elem_b = memory_bound_time(gpu, BACKWARD_ELEMENTWISE * elem + GRAD_ACCUMULATION_BYTES * gemms.weights,
                                2 * ELEMENTWISE_KERNELS)
-    return LayerTime(gemm_f=gemm_f, gemm_b=gemm_b, gemm_w=gemm_w, attn_f=attn_f, attn_b=attn_b,
-                     elem_f=elem_f, elem_b=elem_b, flops_f=gemm_flops + attn_flops)
+    return LayerTime(gemm_f=gemms.forward, gemm_b=gemms.backward, gemm_w=gemms.wgrad, attn_f=attn_f,
+                     attn_b=attn_b, elem_f=elem_f, elem_b=elem_b)
 
 
 def head_time(ctx: Ctx) -> LayerTime:
@@ -273,9 +288,8 @@ def head_time(ctx: Ctx) -> LayerTime:
     zero = np.zeros_like(f)
     return LayerTime(gemm_f=f, gemm_b=dg + wg, gemm_w=wg, attn_f=zero, attn_b=zero,
                      elem_f=memory_bound_time(gpu, logits * CROSS_ENTROPY_BYTES[0], 3),
-                     elem_b=memory_bound_time(gpu, logits * CROSS_ENTROPY_BYTES[1] + GRAD_ACCUMULATION_BYTES * vp * h,
-                                              2),
-                     flops_f=2.0 * m * vp * h)
+                     elem_b=memory_bound_time(
+                         gpu, logits * CROSS_ENTROPY_BYTES[1] + GRAD_ACCUMULATION_BYTES * vp * h, 2))
 
 
 def embedding_time(ctx: Ctx) -> LayerTime:
@@ -287,7 +301,7 @@ def embedding_time(ctx: Ctx) -> LayerTime:
     zero = np.zeros(len(ctx.lay))
     return LayerTime(gemm_f=zero, gemm_b=zero, gemm_w=zero, attn_f=zero, attn_b=zero,
                      elem_f=memory_bound_time(gpu, 2 * rows, 2),
-                     elem_b=memory_bound_time(gpu, 2 * rows + GRAD_ACCUMULATION_BYTES * vp * h, 2), flops_f=zero)
+                     elem_b=memory_bound_time(gpu, 2 * rows + GRAD_ACCUMULATION_BYTES * vp * h, 2))
 
 
 def mtp_extra_time(ctx: Ctx) -> LayerTime:
@@ -300,8 +314,7 @@ def mtp_extra_time(ctx: Ctx) -> LayerTime:
     wg = gemm_time(gpu, 2 * h, h, m)
     zero = np.zeros_like(f)
     return LayerTime(gemm_f=f, gemm_b=dg + wg, gemm_w=wg, attn_f=zero, attn_b=zero,
-                     elem_f=memory_bound_time(gpu, m * h * 16.0, 4), elem_b=memory_bound_time(gpu, m * h * 32.0, 8),
-                     flops_f=4.0 * m * h * h)
+                     elem_f=memory_bound_time(gpu, m * h * 16.0, 4), elem_b=memory_bound_time(gpu, m * h * 32.0, 8))
 
 
 def optimizer_time(ctx: Ctx, local_params: np.ndarray, grad_buffer: np.ndarray) -> np.ndarray:

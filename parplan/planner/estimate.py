@@ -56,8 +56,8 @@ def _layer_work(ctx: Ctx, kind: LayerKind) -> _Work:
     tp_f, tp_b = comm.tp_layer(ctx, kind, lt.gemm_f, lt.gemm_b)
     cp_f, cp_b = comm.cp_layer(ctx, lt.attn_f, lt.attn_b)
     if kind is LayerKind.MOE:
-        shared_f, shared_b = compute.block_gemm_time(ctx, kind, Block.SHARED_EXPERTS)
-        ep_f, ep_b = comm.ep_layer(ctx, lt.forward, lt.backward, shared_f, shared_b, lt.gemm_w)
+        shared = compute.gemm_work(ctx, kind, lambda lin: lin.block is Block.SHARED_EXPERTS)
+        ep_f, ep_b = comm.ep_layer(ctx, lt.forward, lt.backward, shared.forward, shared.backward, lt.gemm_w)
     else:
         zero = _zeros(len(ctx.lay))
         ep_f = ep_b = comm.Comm(zero, zero)

@@ -70,15 +70,8 @@ class MoESection:
 
 def _efficiency(ctx: Ctx, blocks: set[Block], inside: bool) -> tuple[float, float]:
     """(TFLOP/s, share of peak) of one MoE layer's forward GEMMs in `blocks` (or outside them)."""
-    flops = seconds = 0.0
-    for block in Block:
-        if (block in blocks) != inside:
-            continue
-        f, _ = compute.block_gemm_time(ctx, LayerKind.MOE, block)
-        seconds += float(f[0])
-    for lin, m, n, k, count in compute.gemm_shapes(ctx, LayerKind.MOE):
-        if (lin.block in blocks) == inside:
-            flops += float(np.asarray(2.0 * m * n * k * count).ravel()[0])
+    work = compute.gemm_work(ctx, LayerKind.MOE, lambda lin: (lin.block in blocks) == inside)
+    flops, seconds = float(work.flops[0]), float(work.forward[0])
     gpu = ctx.cluster.gpu
     peak = gpu.peak_tflops["fp8"] if bool(ctx.fp8[0]) else gpu.peak_tflops["bf16"]
     tflops = flops / seconds / 1e12 if seconds > 0 else 0.0
