@@ -16,6 +16,7 @@ from parplan.hardware.efficiency import Collective, collective_time
 from parplan.models import LayerKind, load_model, model_from_hf_dict
 from parplan.planner import Layouts, Strategy, comm, evaluate, evaluate_layouts
 from parplan.planner.context import Ctx
+from parplan.planner.explain import bottleneck
 from parplan.planner.memory import layer_activation_bytes, model_state_bytes
 from parplan.planner.schedule import (
     S_1F1B,
@@ -399,3 +400,14 @@ def test_interleaved_transfers_wait_without_p2p_overlap():
 @pytest.mark.parametrize("kw", [{"pp": 1}, {"pp": 4, "schedule": "1f1b"}, {"pp": 4, "schedule": "dualpipev"}])
 def test_p2p_overlap_normalised_on_where_it_does_nothing(kw):
     assert Strategy(**kw, p2p_overlap=False).p2p_overlap
+
+
+@pytest.mark.parametrize("cp", [1, 2])
+def test_bottleneck_places_tp_inside_the_domain_whatever_cp(cp):
+    """tp is the innermost group (ranks tp-contiguous), so tp=8 on 8-GPU nodes talks over NVLink even when
+    cp=2 makes tp·cp = 16 span two nodes."""
+    cluster = load_cluster("a100-80gb", gpus=64 * cp)
+    est = evaluate(load_model("gpt3-175b"), cluster,
+                   Strategy(tp=8, cp=cp, pp=8, sp=True, gbs=64, seq=2048 * cp, recompute="selective"))
+    sentence = bottleneck(est, cluster)
+    assert "tensor-parallel communication on NVLink (tp=8)" in sentence

@@ -30,7 +30,7 @@ def bottleneck(est: Estimate, cluster: ClusterSpec) -> str:
     gemm = _share(est, "gemm")
     pct = f"{share:.0%} of the step"
     if name == "tp_comm" and share > 0.05:
-        if s.tp * s.cp > dom or s.tp > dom:
+        if s.tp > dom:  # tp is the innermost group: cp, dp and pp go across domains, tp only beyond one
             return (f"{pct} is tensor-parallel communication across nodes: tp={s.tp} spans "
                     f"{_nodes(s.tp, cluster)} scale-up domains of {dom} GPUs; tp≤{dom} keeps it on NVLink.")
         lever = "overlap it with --tp-comm-overlap" if s.sp and not s.tp_overlap else (
