@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 
 import pytest
 
 from parplan import load_cluster, load_model
+from parplan.cli.explain import explain_args
 from parplan.errors import InvalidStrategyError, NoFeasiblePlanError
 from parplan.planner import Strategy, evaluate
 from parplan.planner.api import plan as plan_api
@@ -208,3 +210,17 @@ def test_cli_plan_for_deepspeed_costs_partitioned_stage_tensors(run_json):
     doc = run_json("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "16", "--gbs", "16", "--seq", "2048",
                    "--tp", "2", "--pp", "2", "--sp", "off", "--framework", "deepspeed", "--top", "1")
     assert doc["plans"][0]["strategy"]["pp_scatter_gather"]
+
+
+@pytest.mark.parametrize(("model", "gpus", "s"), [
+    ("llama3.1-8b", 32, Strategy(tp=2, pp=2, sp=False, pp_scatter_gather=True, zero=0, recompute="full", mbs=2,
+                                 gbs=16, seq=2048, schedule="zb-h1", flash_attention=False)),
+    ("llama3.1-8b", 32, Strategy(tp=4, pp=2, vpp=2, cp=2, schedule="interleaved", p2p_overlap=False, tp_overlap=True,
+                                 zero=2, gbs=8, seq=4096, recompute="selective")),
+    ("qwen3-30b-a3b", 8, Strategy(tp=2, ep=4, dispatch="deepep", ep_overlap=True, redundant_experts=4, gbs=8,
+                                  seq=4096)),
+])
+def test_explain_args_reproduce_every_strategy_field(run_json, model, gpus, s):
+    """The command plan prints to inspect a layout gives explain that very layout, field by field."""
+    doc = run_json("explain", "-m", model, "-c", "h100", "-n", str(gpus), *explain_args(s))
+    assert {k: v for k, v in doc["strategy"].items() if k not in ("dp", "microbatches")} == dataclasses.asdict(s)

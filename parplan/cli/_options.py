@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from parplan.planner.api import gpu_counts
+from parplan.planner.strategy import PRECISIONS
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Preset name, HF config.json or parplan YAML file.")]
@@ -17,7 +18,7 @@ ExpertLoadOpt = Annotated[str | None, typer.Option(
     help="Router load: uniform (default), zipf[:exponent] or a per-expert counts file (CSV/JSON/YAML).")]
 GpuCountsOpt = Annotated[str, typer.Option(
     "--gpus", "-n", help="GPU count, list (256,512) or powers of two (256..4096).")]
-PrecisionsOpt = Annotated[str, typer.Option(help="bf16, fp8 or bf16,fp8.")]
+PrecisionsOpt = Annotated[str, typer.Option(help=f"Allowed: {','.join(PRECISIONS)} (a list such as bf16,fp8).")]
 MemoryFractionOpt = Annotated[float, typer.Option(min=0.1, max=1.0, help="Use at most this share of GPU memory.")]
 
 

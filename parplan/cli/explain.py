@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import typer
@@ -26,6 +27,29 @@ def _choice(value: str, options: tuple[str, ...], name: str) -> str:
     return value
 
 
+_ALWAYS = ("tp", "pp", "zero", "sp", "recompute", "mbs", "gbs", "seq", "schedule", "precision")
+"""Strategy fields an explain command line always states, for a reader; the others only when not default."""
+
+
+def explain_args(s: Strategy) -> list[str]:
+    """The `parplan explain` options that reproduce layout `s`: one option per Strategy field, so a field
+    added to Strategy (and to explain) cannot be left out of the commands plan prints."""
+    default = Strategy()
+    args: list[str] = []
+    for field in dataclasses.fields(Strategy):
+        value = getattr(s, field.name)
+        if field.name not in _ALWAYS and value == getattr(default, field.name):
+            continue
+        option = "--" + field.name.replace("_", "-")
+        if field.name == "flash_attention":
+            args += ["--attention", "flash" if value else "unfused"]
+        elif isinstance(value, bool):
+            args.append(option if value else option.replace("--", "--no-", 1))
+        else:
+            args += [option, str(value)]
+    return args
+
+
 def explain(
     model: ModelOpt,
     cluster: ClusterOpt,
@@ -38,17 +62,17 @@ def explain(
     vpp: Annotated[int, typer.Option(min=1, help="Model chunks per pipeline rank (interleaving).")] = 1,
     zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = Megatron distributed optimizer).")] = 1,
     sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Megatron sequence parallelism.")] = True,
-    recompute: Annotated[str, typer.Option(help="none, selective or full.")] = "none",
+    recompute: Annotated[str, typer.Option(help=", ".join(RECOMPUTE) + ".")] = "none",
     mbs: Annotated[int, typer.Option(min=1, help="Micro-batch size (sequences).")] = 1,
     gbs: Annotated[int | None, typer.Option(min=1, help="Global batch (sequences); default dp·mbs.")] = None,
     seq: SeqOpt = 4096,
     schedule: Annotated[str | None, typer.Option(
-        help="1f1b, interleaved, zb-h1, dualpipe or dualpipev (default: interleaved when vpp>1).")] = None,
-    precision: Annotated[str, typer.Option(help="bf16 or fp8 GEMMs.")] = "bf16",
+        help=", ".join(SCHEDULES) + " (default: interleaved when vpp>1).")] = None,
+    precision: Annotated[str, typer.Option(help="GEMM precision: " + ", ".join(PRECISIONS) + ".")] = "bf16",
     attention: Annotated[str, typer.Option(help="flash or unfused (materialised s×s scores).")] = "flash",
     tp_overlap: Annotated[bool, typer.Option("--tp-overlap/--no-tp-overlap",
                                              help="Overlap TP communication (--tp-comm-overlap).")] = False,
-    dispatch: Annotated[str, typer.Option(help="MoE token dispatch: alltoall, deepep or deepep-fp8.")] = "alltoall",
+    dispatch: Annotated[str, typer.Option(help="MoE token dispatch: " + ", ".join(DISPATCHERS) + ".")] = "alltoall",
     redundant_experts: Annotated[int, typer.Option(
         min=0, help="EPLB redundant expert slots per MoE layer (a multiple of ep).")] = 0,
     ep_overlap: Annotated[bool, typer.Option(

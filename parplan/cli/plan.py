@@ -23,6 +23,7 @@ from parplan.cli._options import (
     parse_gpu_counts,
 )
 from parplan.cli._output import console, err_console, print_json, print_text
+from parplan.cli.explain import explain_args
 from parplan.errors import ConfigError, NoFeasiblePlanError
 from parplan.export import Launch, export, framework_mask
 from parplan.hardware import load_cluster
@@ -30,7 +31,7 @@ from parplan.models import load_model
 from parplan.planner.api import space_from_options, why_better
 from parplan.planner.estimate import Estimate
 from parplan.planner.search import OBJECTIVES, PlanResult, plan_or_raise
-from parplan.planner.strategy import Layouts, Strategy
+from parplan.planner.strategy import DISPATCHERS, RECOMPUTE, SCHEDULES, Layouts, Strategy
 from parplan.planner.workload import parse_expert_load
 
 IntSpec = Annotated[str | None, typer.Option(help="A value, a list (1,2,4) or a range (1..16).")]
@@ -57,24 +58,9 @@ def _progress_callback():
 
 
 def _explain_command(est: Estimate, model: str, cluster: str, expert_load: str | None) -> str:
-    s = est.strategy
-    parts = [f"parplan explain --model {model} --cluster {cluster} --gpus {est.gpus}", f"--tp {s.tp} --pp {s.pp}"]
-    for name in ("cp", "ep", "etp", "vpp"):
-        if getattr(s, name) != 1:
-            parts.append(f"--{name} {getattr(s, name)}")
-    parts.append(f"--zero {s.zero} {'--sp' if s.sp else '--no-sp'} --recompute {s.recompute}")
-    parts.append(f"--mbs {s.mbs} --gbs {s.gbs} --seq {s.seq} --schedule {s.schedule} --precision {s.precision}")
-    if s.tp_overlap:
-        parts.append("--tp-overlap")
-    if s.dispatch != "alltoall":
-        parts.append(f"--dispatch {s.dispatch}")
-    if s.redundant_experts:
-        parts.append(f"--redundant-experts {s.redundant_experts}")
-    if s.ep_overlap:
-        parts.append("--ep-overlap")
-    if expert_load:
-        parts.append(f"--expert-load {expert_load}")
-    return " ".join(parts)
+    parts = ["parplan explain --model", model, "--cluster", cluster, "--gpus", str(est.gpus),
+             *explain_args(est.strategy)]
+    return " ".join(parts + (["--expert-load", expert_load] if expert_load else []))
 
 
 def _moe_cell(s: Strategy) -> str:
@@ -124,11 +110,11 @@ def plan_command(
     max_cp: Annotated[int | None, typer.Option(min=1, help="Upper bound on cp.")] = None,
     max_ep: Annotated[int | None, typer.Option(min=1, help="Upper bound on ep.")] = None,
     sp: Annotated[str | None, typer.Option(help="on, off (default: both).")] = None,
-    recompute: Annotated[str | None, typer.Option(help="Allowed: none,selective,full (default all).")] = None,
-    schedule: Annotated[str | None, typer.Option(help="Allowed schedules, e.g. 1f1b,interleaved.")] = None,
+    recompute: Annotated[str | None, typer.Option(help=f"Allowed: {','.join(RECOMPUTE)} (default all).")] = None,
+    schedule: Annotated[str | None, typer.Option(help=f"Allowed: {','.join(SCHEDULES)} (default all).")] = None,
     precision: PrecisionsOpt = "bf16",
     dispatch: Annotated[str | None, typer.Option(
-        help="MoE dispatchers to consider: alltoall,deepep,deepep-fp8 (default all).")] = None,
+        help=f"MoE dispatchers to consider: {','.join(DISPATCHERS)} (default all).")] = None,
     redundant_experts: IntSpec = None,
     ep_overlap: Annotated[str | None, typer.Option(help="EP all-to-all overlap: on, off (default: both).")] = None,
     expert_load: ExpertLoadOpt = None,
