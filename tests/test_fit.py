@@ -10,7 +10,7 @@ import pytest
 
 from parplan.errors import ConfigError
 from parplan.hardware import load_cluster
-from parplan.hardware.efficiency import attention_efficiency, gemm_time
+from parplan.hardware.efficiency import Collective, attention_efficiency, gemm_time, link_bytes
 from parplan.hardware.fit import (
     attention_flops,
     fit_alpha_beta,
@@ -20,6 +20,7 @@ from parplan.hardware.fit import (
     fit_memory,
 )
 from parplan.hardware.nccl_tests import parse_nccl_tests_file
+from parplan.hardware.profile import fit_profile
 from parplan.hardware.samples import (
     AttentionSample,
     CollectiveSample,
@@ -183,3 +184,19 @@ def test_profile_yaml_errors_name_the_field(tmp_path):
     path.write_text("name: x\n")
     with pytest.raises(ConfigError, match="measurements"):
         read_profile_samples(path)
+
+
+@pytest.mark.parametrize("kind", list(Collective))
+@pytest.mark.parametrize("ranks", [2, 8])
+def test_nccl_busbw_convention_is_the_cost_models_byte_count(kind, ranks):
+    """nccl-tests' busbw factor (PERFORMANCE.md) equals the bytes per byte of S that the cost model sends
+    over the scale-up link of one domain, so a measured busbw is that link's bandwidth as the model uses it."""
+    assert busbw_factor(kind.value, ranks) == pytest.approx(float(link_bytes(kind, 1.0, ranks, ranks)[0]))
+
+
+def test_broadcast_samples_set_no_link_bandwidth():
+    """nccl-tests measures broadcast, which no collective of the cost model runs: it is reported, not fitted."""
+    samples = _collective_samples("broadcast", 8, 8, alpha_us=20.0, busbw=300.0)
+    fields, reports = fit_profile(load_cluster("h100"), ProfileSamples(date="d", device="x", collectives=samples))
+    assert "scaleup" not in fields and "scaleout" not in fields
+    assert "broadcast 8 ranks, 8/node" in reports["collectives"]

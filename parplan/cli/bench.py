@@ -126,6 +126,7 @@ def bench_attention(
     """Time scaled_dot_product_attention forward and backward (causal)."""
     from parplan.hardware.bench import environment
     from parplan.hardware.bench.attention import run_attention
+    from parplan.hardware.efficiency import FLASH_BACKWARD_FLOPS
     from parplan.hardware.fit import attention_flops
 
     env = environment(device)
@@ -137,7 +138,8 @@ def bench_attention(
                      json_out)
     measured = _save(out, cluster, _samples("attention", samples, env)) if env["device"] != "cpu" else None
     rows = [{"seq": s.seq, "fwd_us": s.fwd_us, "bwd_us": s.bwd_us,
-             "fwd_tflops": attention_flops(s) / s.fwd_us / 1e6, "bwd_tflops": 2.5 * attention_flops(s) / s.bwd_us / 1e6}
+             "fwd_tflops": attention_flops(s) / s.fwd_us / 1e6,
+             "bwd_tflops": FLASH_BACKWARD_FLOPS * attention_flops(s) / s.bwd_us / 1e6}
             for s in samples]
     if json_out:
         print_json({"device": env["device"], "samples": rows, "measured": measured})

@@ -19,7 +19,7 @@ import enum
 
 import numpy as np
 
-from parplan.hardware.spec import ClusterSpec, GPUSpec
+from parplan.hardware.spec import ClusterSpec, GPUSpec, LinkSpec
 
 ArrayLike = np.ndarray | float | int
 
@@ -140,15 +140,42 @@ def attention_efficiency(gpu: GPUSpec, kv_len: ArrayLike, backward: bool = False
     return frac * s / (s + gpu.attention_half_seq)
 
 
+FLASH_BACKWARD_FLOPS = 2.5
+"""Backward FLOPs of flash attention per forward FLOP as FlashAttention counts them: it recomputes the
+scores, 5 GEMM-sized passes against the forward's 2."""
+
+
+def attention_forward_flops(batch: ArrayLike, heads: ArrayLike, queries: ArrayLike, keys: ArrayLike,
+                            d_qk: ArrayLike, d_v: ArrayLike) -> np.ndarray:
+    """FLOPs of QKᵀ and P·V: 2·(d_qk + d_v) per query-key pair per head (`keys` per query, causal half
+    included by the caller)."""
+    return 2.0 * np.asarray(batch) * heads * queries * keys * (np.asarray(d_qk) + d_v)
+
+
+def flash_attention_time(gpu: GPUSpec, forward_flops: ArrayLike, kv_len: ArrayLike, peak_flops: ArrayLike
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of flash attention doing `forward_flops` at `kv_len` keys per query."""
+    fwd = forward_flops / (peak_flops * attention_efficiency(gpu, kv_len))
+    bwd = FLASH_BACKWARD_FLOPS * forward_flops / (peak_flops * attention_efficiency(gpu, kv_len, backward=True))
+    return fwd, bwd
+
+
 # ---------------------------------------------------------------------------------------- communication
+
+NVLS_MIN_GPUS = 4
+"""NCCL chooses NVLS (in-switch reduction) for all-reduce only above 4 GPUs (ml-engineering H200 sweep)."""
+
+
+def uses_nvls(link: LinkSpec, kind: Collective, per_domain: ArrayLike) -> np.ndarray:
+    """Where an all-reduce among `per_domain` GPUs of one scale-up domain runs as NVLS on `link`."""
+    return ((kind is Collective.ALL_REDUCE) & (link.allreduce_busbw_gbps is not None)
+            & (np.asarray(per_domain) > NVLS_MIN_GPUS))
+
 
 def _scaleup_busbw(cluster: ClusterSpec, per_domain: np.ndarray, kind: Collective) -> np.ndarray:
     """Bus bandwidth (GB/s) of a collective among `per_domain` GPUs of one scale-up domain."""
     link = cluster.scaleup
-    bw = np.full(per_domain.shape, link.busbw_gbps, dtype=float)
-    if kind is Collective.ALL_REDUCE and link.allreduce_busbw_gbps:
-        # NCCL chooses NVLS (in-switch reduction) only above 4 GPUs (ml-engineering H200 sweep).
-        bw = np.where(per_domain > 4, link.allreduce_busbw_gbps, bw)
+    bw = np.where(uses_nvls(link, kind, per_domain), link.allreduce_busbw_gbps or 0.0, link.busbw_gbps)
     if link.per_peer_gbps:
         # Full mesh (MI300X): a subset of g GPUs only has its (g-1) direct links.
         bw = bw * np.minimum(1.0, (per_domain - 1) * link.per_peer_gbps / link.bandwidth_gbps)
@@ -219,7 +246,7 @@ def link_time(cluster: ClusterSpec, kind: Collective, inside_bytes: ArrayLike, a
     shape = np.broadcast(g, inside).shape
     g_b = np.broadcast_to(g, shape)
     b_in = _scaleup_busbw(cluster, g_b, kind) * 1e9
-    nvls = (kind is Collective.ALL_REDUCE) & (cluster.scaleup.allreduce_busbw_gbps is not None) & (g_b > 4)
+    nvls = uses_nvls(cluster.scaleup, kind, g_b)
     b_out = cluster.scaleout.busbw_gbps * 1e9
     t = (np.asarray(count, dtype=float) * _latency(cluster, kind, n, g, k, nvls)
          + np.maximum(inside / b_in, np.asarray(across_bytes, dtype=float) / b_out))

@@ -36,7 +36,15 @@ import numpy as np
 from scipy.optimize import least_squares, lsq_linear
 
 from parplan.errors import ConfigError
-from parplan.hardware.efficiency import attention_efficiency, gemm_time
+from parplan.hardware.efficiency import (
+    FLASH_BACKWARD_FLOPS,
+    Collective,
+    attention_forward_flops,
+    flash_attention_time,
+    gemm_time,
+    link_bytes,
+    memory_bound_time,
+)
 from parplan.hardware.samples import AttentionSample, CollectiveSample, GemmSample, MemorySample, busbw_factor
 from parplan.hardware.spec import GPUSpec
 
@@ -78,19 +86,16 @@ class AlphaBetaFit:
         """Bandwidth for the `LinkSpec` this fit measures, GB/s (see the module docstring).
 
         Inside one node: busbw itself. Across k nodes of g ranks (n = g·k) the inter-node phase is taken to
-        set the time, as in `efficiency.collective_time`: all-reduce, all-gather and reduce-scatter move
-        (k−1)/k · S/g over each GPU's NIC, so NIC = busbw · (k−1)/(n−1) (hardware.md §6.2); all-to-all moves
-        (n−g)/n · S, so NIC = busbw · (n−g)/(n−1); send/recv crosses once at busbw.
+        set the time, as in `efficiency.collective_time`, with the NIC bytes `efficiency.link_bytes` assigns:
+        busbw · (k−1)/(n−1) for all-reduce, all-gather and reduce-scatter (hardware.md §6.2), busbw ·
+        (n−g)/(n−1) for all-to-all, busbw for send/recv. Only the cost model's collectives have one.
         """
         n, g = self.ranks, self.ranks_per_node
-        k = -(-n // max(g, 1))
-        if k <= 1 or n <= 1:
+        if g >= n or n <= 1:
             return self.busbw_gbps
-        if self.collective in ("all_reduce", "all_gather", "reduce_scatter"):
-            return self.busbw_gbps * (k - 1) / (n - 1)
-        if self.collective == "all_to_all":
-            return self.busbw_gbps * (n - g) / (n - 1)
-        return self.busbw_gbps
+        # nccl-tests time = busbw_factor·S / busbw; the model's time = NIC bytes / NIC bandwidth.
+        _, nic = link_bytes(Collective(self.collective), 1.0, n, g)
+        return self.busbw_gbps * float(nic) / busbw_factor(self.collective, n)
 
 
 def fit_alpha_beta(samples: Sequence[CollectiveSample], *, min_bytes: int = 0) -> AlphaBetaFit:
@@ -213,7 +218,8 @@ def _least_squares(fun: Callable[[np.ndarray], np.ndarray], x0: Sequence[float],
 def attention_flops(sample: AttentionSample) -> float:
     """Forward FLOPs of QKᵀ and P·V as the planner counts them (causal half for a causal mask)."""
     kv = sample.seq / 2 if sample.causal else sample.seq
-    return 2.0 * sample.batch * sample.heads * sample.seq * kv * 2 * sample.head_dim
+    return float(attention_forward_flops(sample.batch, sample.heads, sample.seq, kv, sample.head_dim,
+                                         sample.head_dim))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -254,15 +260,14 @@ def fit_attention(samples: Sequence[AttentionSample], gpu: GPUSpec) -> Attention
         # The curve of attention_efficiency written out: half_seq is an int field, the fit moves it smoothly.
         half = p[2] if free_half else gpu.attention_half_seq
         fwd = flops / (peak * p[0] * seq / (seq + half))
-        bwd = 2.5 * flops / (peak * p[1] * seq / (seq + half))
+        bwd = FLASH_BACKWARD_FLOPS * flops / (peak * p[1] * seq / (seq + half))
         return np.concatenate([fwd, bwd]) / measured - 1.0
 
     x0 = [gpu.attention_fwd_fraction, gpu.attention_bwd_fraction, float(gpu.attention_half_seq)]
     result = _least_squares(residuals, x0, [0.01, 0.01, 0.0], [1.0, 1.0, 1e5])
     fitted = with_params(result)
     # Report residuals of the model as the planner evaluates it (integer half_seq).
-    fwd = flops / (peak * attention_efficiency(fitted, seq))
-    bwd = 2.5 * flops / (peak * attention_efficiency(fitted, seq, backward=True))
+    fwd, bwd = flash_attention_time(fitted, flops, seq, peak)
     res = np.concatenate([fwd, bwd]) / measured - 1.0
     return AttentionFit(attention_fwd_fraction=fitted.attention_fwd_fraction,
                         attention_bwd_fraction=fitted.attention_bwd_fraction,
@@ -296,5 +301,6 @@ def fit_memory(samples: Sequence[MemorySample], gpu: GPUSpec) -> MemoryFit:
     # Weighted (1/t) linear least squares for 1/efficiency.
     inv = float(np.sum(x * rest / t**2) / np.sum(x * x / t**2))
     efficiency = float(np.clip(1.0 / inv, 1e-3, 1.0)) if inv > 0 else 1.0
-    res = (gpu.kernel_launch_us + x / efficiency) / t - 1.0
+    traffic = np.array([2.0 * s.size_bytes for s in samples])
+    res = memory_bound_time(dataclasses.replace(gpu, hbm_efficiency=efficiency), traffic) * 1e6 / t - 1.0
     return MemoryFit(hbm_efficiency=efficiency, residuals=tuple(float(r) for r in res), rms_rel_error=_rms(res))

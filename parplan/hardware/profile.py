@@ -26,7 +26,7 @@ from typing import Any
 
 from parplan._input import read_yaml
 from parplan.errors import ConfigError
-from parplan.hardware.efficiency import NCCL_BASE_US
+from parplan.hardware.efficiency import NCCL_BASE_US, Collective, uses_nvls
 from parplan.hardware.fit import fit_attention, fit_collectives, fit_gemm_curve, fit_memory
 from parplan.hardware.presets import load_cluster
 from parplan.hardware.samples import ProfileSamples, profile_from_dict, write_profile_samples
@@ -95,13 +95,19 @@ def _fit_links(base: ClusterSpec, samples: ProfileSamples, fields: dict[str, dic
     bw_fits = fit_collectives(large) if len({s.size_bytes for s in large}) >= 2 else {}
     lat_fits = fit_collectives(samples.collectives)
     ring, nvls, nic, steps = [], [], [], []
+    modelled = {c.value for c in Collective}
     for key, lat in lat_fits.items():
         collective, ranks, per_node = key
         bw = bw_fits.get(key, lat)
         inside = per_node >= ranks
+        reports.setdefault("collectives", {})[f"{collective} {ranks} ranks, {per_node}/node"] = {
+            "alpha_us": lat.alpha_us, "busbw_gbps": bw.busbw_gbps, "rms_rel_error": lat.rms_rel_error,
+            "bandwidth_rms_rel_error": bw.rms_rel_error}
+        if collective not in modelled:
+            continue  # reported, but no link of the cost model runs it (nccl-tests' broadcast)
         if collective == "send_recv":
             (ring if inside else nic).append(bw.busbw_gbps)
-        elif inside and collective == "all_reduce" and ranks > 4 and base.scaleup.allreduce_busbw_gbps:
+        elif inside and uses_nvls(base.scaleup, Collective(collective), ranks):
             nvls.append(bw.busbw_gbps)
         elif inside:
             ring.append(bw.busbw_gbps)
@@ -109,9 +115,6 @@ def _fit_links(base: ClusterSpec, samples: ProfileSamples, fields: dict[str, dic
                 steps.append(max(0.0, lat.alpha_us - NCCL_BASE_US) / _ring_steps(collective, ranks))
         else:
             nic.append(bw.link_busbw_gbps)
-        reports.setdefault("collectives", {})[f"{collective} {ranks} ranks, {per_node}/node"] = {
-            "alpha_us": lat.alpha_us, "busbw_gbps": bw.busbw_gbps, "rms_rel_error": lat.rms_rel_error,
-            "bandwidth_rms_rel_error": bw.rms_rel_error}
     sets = []
     for values, section, key in ((ring, "scaleup", "busbw_gbps"), (nvls, "scaleup", "allreduce_busbw_gbps"),
                                  (steps, "scaleup", "ring_step_us"), (nic, "scaleout", "busbw_gbps")):

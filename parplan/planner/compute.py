@@ -17,7 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parplan.hardware.efficiency import attention_efficiency, gemm_time, memory_bound_time
+from parplan.hardware.efficiency import (
+    attention_forward_flops,
+    flash_attention_time,
+    gemm_time,
+    memory_bound_time,
+)
 from parplan.models.spec import Block, LayerKind, Linear, Shard
 from parplan.planner.context import ACT_BYTES, Ctx
 
@@ -168,12 +173,11 @@ def _attention(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
         kv = np.array([model.attention_kv_tokens(float(x), sliding=sliding) for x in np.unique(ctx.s)])
         kv = kv[np.searchsorted(np.unique(ctx.s), ctx.s)]
         # Causal load balancing splits the work evenly over the cp ranks (Megatron context_parallel.rst).
-        f_flops = 2.0 * heads * (d_qk + d_v) * ctx.b * ctx.s * kv / ctx.c
+        f_flops = attention_forward_flops(ctx.b, heads, ctx.s / ctx.c, kv, d_qk, d_v)
         block = ctx.s / ctx.c
         if sliding and a.sliding_window:
             block = np.minimum(block, a.sliding_window)
-        flash_f = f_flops / (peak * attention_efficiency(gpu, block))
-        flash_b = 2.5 * f_flops / (peak * attention_efficiency(gpu, block, backward=True))
+        flash_f, flash_b = flash_attention_time(gpu, f_flops, block, peak)
         # Unfused: the full s×s scores per head, batched GEMMs (bmm) plus a memory-bound softmax.
         count = ctx.b * heads
         s_q = ctx.s / ctx.c
