@@ -138,7 +138,7 @@ def test_no_feasible_plan_reports_minimum_and_levers():
 
 def test_cli_plan_json(run_json):
     doc = run_json("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "16", "--gbs", "64", "--seq", "4096", "--top", "2")
-    assert doc["evaluated"] >= doc["feasible"] > 0 and doc["search_seconds"] >= 0
+    assert doc["evaluated"] >= doc["feasible"] > 0 and "search_seconds" in doc
     assert len(doc["plans"]) == 2
     for key in ("strategy", "step_time_s", "tokens_per_s_per_gpu", "mfu", "memory_gib"):
         assert key in doc["plans"][0]
@@ -158,13 +158,12 @@ def test_cli_plan_infeasible_exit_3(run_cli):
 
 def test_cli_plan_sizes_and_deadline(run_json):
     doc = run_json("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "8..32", "--gbs", "64", "--tokens", "1e11",
-                   "--days", "30", "--tp", "1,2", "--pp", "1,2")
+                   "--days", "8", "--tp", "1,2", "--pp", "1,2")
     assert [s["gpus"] for s in doc["sizes"]] == [8, 16, 32]
-    assert doc["recommended_gpus"] in (8, 16, 32)
     days = {s["gpus"]: 1e11 / (s["plans"][0]["tokens_per_s"]) / 86400 for s in doc["sizes"]}
-    assert days[doc["recommended_gpus"]] <= 30
-    smaller = [g for g in days if g < doc["recommended_gpus"]]
-    assert all(days[g] > 30 for g in smaller)
+    # A deadline the smallest size misses, so the choice is the smallest size that meets it.
+    assert days[8] > 8 and min(days.values()) <= 8
+    assert doc["recommended_gpus"] == min(g for g, d in days.items() if d <= 8)
 
 
 def test_cli_plan_usage_errors(run_cli):

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from parplan._input import read_json
+from parplan._mapping import dataclass_from_mapping
 from parplan.cli._options import JsonOpt
 from parplan.cli._output import console, print_json, print_text
 from parplan.errors import ConfigError
@@ -38,10 +39,9 @@ def _read_plan(path: Path, index: int) -> dict[str, Any]:
 
 
 def strategy_from_dict(raw: dict[str, Any], file: str) -> Strategy:
-    try:
-        return Strategy(**{k: v for k, v in raw.items() if k in _FIELDS})
-    except TypeError as e:
-        raise ConfigError(str(e), file=file, field="strategy") from None
+    """The layout of a saved plan; the derived dp and microbatches it also lists are dropped, and a field of
+    the wrong type is a ConfigError naming it."""
+    return dataclass_from_mapping(Strategy, {k: v for k, v in raw.items() if k in _FIELDS}, file, "strategy")
 
 
 def show_launch(launch: Launch, out: Path | None, json_out: bool) -> None:
