@@ -10,8 +10,6 @@ import pytest
 from parplan.cli import main
 from parplan.models import load_model
 
-DATA = Path(__file__).parent / "data"
-
 
 @pytest.fixture
 def run_cli(capsys):
@@ -48,3 +46,14 @@ def dsv3():
 @pytest.fixture(scope="session")
 def qwen_moe():
     return load_model("qwen3-30b-a3b")
+
+
+@pytest.fixture
+def assert_png():
+    """Check that a file is a written PNG chart (signature and a size no empty figure has)."""
+
+    def check(path: Path) -> None:
+        data = path.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+    return check

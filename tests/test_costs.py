@@ -177,21 +177,28 @@ def test_tp_across_nodes_costs_more_than_inside():
     assert t16.time_breakdown["tp_comm"]["exposed"] > 1.5 * t8.time_breakdown["tp_comm"]["exposed"]
 
 
-def _valid_layouts(model, cluster, n=400, seed=0):
+def _valid_layouts(model, cluster, n, seed=0):
+    """`n` valid layouts drawn at random over every dimension: tp, pp with each schedule, cp, ep for MoE
+    models, ZeRO, recompute, mbs, SP and fp8 where the GPU has it."""
     rng = np.random.default_rng(seed)
+    precisions = ["bf16", "fp8"] if cluster.gpu.supports_fp8 else ["bf16"]
     out = []
-    while len(out) < n:
-        s = Strategy(tp=int(rng.choice([1, 2, 4, 8])), pp=int(rng.choice([1, 2, 4])), cp=int(rng.choice([1, 2])),
-                     zero=int(rng.integers(0, 4)), recompute=str(rng.choice(["none", "selective", "full"])),
-                     mbs=int(rng.choice([1, 2])), gbs=256, seq=4096, sp=bool(rng.integers(0, 2)))
-        if s.pp > 1 and rng.integers(0, 2):
-            s = Strategy(**{**s.as_dict(), "vpp": 2, "schedule": "interleaved"})
+    for _ in range(100 * n):
+        pp = int(rng.choice([1, 2, 4]))
+        schedule = str(rng.choice(["1f1b", "interleaved", "zb-h1", "dualpipe"])) if pp > 1 else "1f1b"
+        s = Strategy(tp=int(rng.choice([1, 2, 4, 8])), pp=pp, cp=int(rng.choice([1, 2])),
+                     ep=int(rng.choice([1, 2, 4, 8])) if model.moe else 1, zero=int(rng.integers(0, 4)),
+                     recompute=str(rng.choice(["none", "selective", "full"])), mbs=int(rng.choice([1, 2])),
+                     gbs=256, seq=4096, sp=bool(rng.integers(0, 2)), precision=str(rng.choice(precisions)),
+                     schedule=schedule, vpp=2 if schedule == "interleaved" else 1)
         try:
             s.check(model, cluster)
         except InvalidStrategyError:  # sampling: keep only valid layouts
             continue
         out.append(s)
-    return out
+        if len(out) == n:
+            return out
+    raise AssertionError(f"fewer than {n} valid layouts of {model.name} drawn")
 
 
 def test_scalar_and_vectorised_paths_agree():
@@ -237,20 +244,7 @@ def test_adding_recompute_never_lowers_step_time(tp, pp, zero, flash, cp):
 def test_positive_and_finite_for_valid_layouts(name):
     model = load_model(name)
     cluster = load_cluster("h100", gpus=64)
-    rng = np.random.default_rng(1)
-    strategies = []
-    for _ in range(300):
-        s = Strategy(tp=int(rng.choice([1, 2, 4, 8])), pp=int(rng.choice([1, 2, 4])),
-                     ep=int(rng.choice([1, 2, 4, 8])) if model.moe else 1, zero=int(rng.integers(0, 4)),
-                     recompute=str(rng.choice(["none", "selective", "full"])), gbs=256, seq=4096,
-                     precision=str(rng.choice(["bf16", "fp8"])), sp=True,
-                     schedule=str(rng.choice(["1f1b", "zb-h1", "dualpipe"])))
-        try:
-            s.check(model, cluster)
-        except InvalidStrategyError:  # sampling: keep only valid layouts
-            continue
-        strategies.append(s)
-    assert len(strategies) > 20
+    strategies = _valid_layouts(model, cluster, n=60, seed=1)
     ev = evaluate_layouts(model, cluster, Layouts.from_strategies(strategies))
     for arr in (ev.step_time_s, ev.memory_gib, ev.mfu, ev.tokens_per_s_per_gpu):
         assert np.isfinite(arr).all() and (arr > 0).all()

@@ -29,11 +29,12 @@ PROPERTY = settings(max_examples=60, deadline=None, derandomize=True)
 
 
 @st.composite
-def eplb_inputs(draw):
-    """(weight, num_replicas, num_groups, num_nodes, num_gpus) that satisfy eplb.py's rules."""
-    nodes = draw(st.sampled_from([1, 2, 4]))
+def eplb_inputs(draw, hierarchical: bool = False):
+    """(weight, num_replicas, num_groups, num_nodes, num_gpus) that satisfy eplb.py's rules; `hierarchical`
+    draws several nodes and several expert groups per node, the case where groups are packed onto nodes."""
+    nodes = draw(st.sampled_from([2, 4] if hierarchical else [1, 2, 4]))
     gpus = nodes * draw(st.integers(1, 3))
-    groups = draw(st.sampled_from([1, 2, 3, 4, 8]))
+    groups = nodes * draw(st.integers(2, 4)) if hierarchical else draw(st.sampled_from([1, 2, 3, 4, 8]))
     experts = groups * draw(st.integers(1, 4))
     replicas = gpus * (-(-experts // gpus) + draw(st.integers(0, 3)))
     layers = draw(st.integers(1, 3))
@@ -112,11 +113,9 @@ def test_maps_are_consistent(args):
 
 
 @PROPERTY
-@given(eplb_inputs())
+@given(eplb_inputs(hierarchical=True))
 def test_hierarchical_keeps_each_group_on_one_node(args):
     weight, replicas, groups, nodes, gpus = args
-    if groups % nodes:
-        return
     phy2log = rebalance_experts(weight, replicas, groups, nodes, gpus).phy2log
     group_size = weight.shape[1] // groups
     node_of_slot = np.arange(replicas) // (replicas // nodes)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import sys
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -13,8 +12,6 @@ import parplan
 from parplan.errors import ParplanError
 from parplan.planner.estimate import MEMORY_COMPONENTS, Estimate
 from parplan.plots import memory_bars, plot_estimate, plot_scaling, stage_label
-
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _estimate(tp: int, pp: int) -> Estimate:
@@ -32,12 +29,6 @@ def _render(renderable: object, width: int, color: bool = True) -> list[str]:
     console = Console(record=True, width=width, color_system="truecolor" if color else None, file=io.StringIO())
     console.print(renderable)
     return console.export_text().splitlines()
-
-
-def _assert_png(path: Path) -> None:
-    data = path.read_bytes()
-    assert data[:8] == PNG_MAGIC
-    assert len(data) > 10_000
 
 
 def test_stage_labels_name_the_ranks_and_what_they_hold(est):
@@ -89,15 +80,15 @@ def test_memory_bars_use_letters_without_colour(est):
     assert "█" in "".join(_render(memory_bars(est), 100))
 
 
-def test_plot_estimate_writes_a_png(est, tmp_path):
+def test_plot_estimate_writes_a_png(est, tmp_path, assert_png):
     plt = pytest.importorskip("matplotlib.pyplot")
     path = tmp_path / "estimate.png"
     plot_estimate(est, str(path))
-    _assert_png(path)
+    assert_png(path)
     assert plt.get_fignums() == []  # no figure left open
 
 
-def test_plot_scaling_writes_a_png(tmp_path):
+def test_plot_scaling_writes_a_png(tmp_path, assert_png):
     plt = pytest.importorskip("matplotlib.pyplot")
     rows = []
     for gpus in (8, 16, 32, 64, 128):
@@ -107,7 +98,7 @@ def test_plot_scaling_writes_a_png(tmp_path):
                      "speedup": speedup, "ideal": gpus / 8, "efficiency": speedup / (gpus / 8)})
     path = tmp_path / "scaling.png"
     plot_scaling(rows, str(path), "llama3.1-70b on h100: best layout per size")
-    _assert_png(path)
+    assert_png(path)
     assert plt.get_fignums() == []
 
 

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from parplan import Strategy, evaluate, load_cluster, load_model
+from parplan._resources import data_dir
 from parplan.hardware.efficiency import gemm_time
 from parplan.hardware.profile import write_profile
-from parplan.hardware.samples import GemmSample, ProfileSamples
+from parplan.hardware.samples import GemmSample, ProfileSamples, read_profile_samples
 from parplan.hardware.spec import Calibration
 from parplan.planner.calibrate import calibrate
 from parplan.planner.validate import load_runs
@@ -56,7 +57,7 @@ def test_gemm_samples_refit_the_curve_and_round_trip(tmp_path):
     # adding more samples to the same file keeps the earlier ones
     again = write_profile(path, "h100", ProfileSamples(date="2026-11-30", device="synthetic", gemm=samples[:3]))
     assert again.gpu.gemm_peak_fraction["bf16"] == pytest.approx(0.70, rel=0.03)
-    assert path.read_text().count("device: synthetic") >= 1
+    assert len(read_profile_samples(path).gemm) == len(samples) + 3
 
 
 def test_calibrate_recovers_a_known_compute_scale():
@@ -79,8 +80,7 @@ def test_calibrate_recovers_a_known_compute_scale():
 def test_calibrate_cli(run_cli, tmp_path):
     runs = tmp_path / "runs.yaml"
     (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "llama3.1-8b.json").write_text(
-        (DATA.parent.parent / "parplan" / "data" / "runs" / "models" / "llama3.1-8b.json").read_text())
+    (tmp_path / "models" / "llama3.1-8b.json").write_text((data_dir("runs", "models") / "llama3.1-8b.json").read_text())
     runs.write_text("""
 - id: mine
   cluster: h100
@@ -94,7 +94,12 @@ def test_calibrate_cli(run_cli, tmp_path):
     out = tmp_path / "cal.yaml"
     code, text, err = run_cli("calibrate", "--runs", str(runs), "-c", "h100", "-o", str(out))
     assert code == 0, err
-    assert "rms error" in text and load_cluster(str(out)).calibration.compute_scale > 0
+    assert "rms error" in text
+    # One run, one free compute scale: the calibrated cluster reproduces the measured 14,451 tok/s/GPU
+    # (Megatron-Bridge 25.11 table, mbridge2511_h100_llama3_8b_8gpu in the shipped runs).
+    predicted = evaluate(load_model("llama3.1-8b"), load_cluster(str(out), gpus=8),
+                         Strategy(tp=1, pp=1, zero=3, mbs=1, gbs=128, seq=8192, precision="fp8"))
+    assert predicted.tokens_per_s_per_gpu == pytest.approx(14451, rel=1e-3)
 
 
 def test_bench_gemm_runs_on_cpu(run_json):

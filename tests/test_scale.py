@@ -34,7 +34,7 @@ def test_thresholds_name_the_first_count_below():
     assert thresholds([P(8, 1.0)]) == {0.9: None, 0.7: None}
 
 
-def test_scale_cli_json_and_plot(run_json, tmp_path):
+def test_scale_cli_json_and_plot(run_json, tmp_path, assert_png):
     pytest.importorskip("matplotlib")
     png = tmp_path / "s.png"
     doc = run_json("scale", "-m", "qwen3-0.6b", "-c", "h100", "-n", "1..8", "--gbs", "64", "--seq", "2048",
@@ -42,7 +42,7 @@ def test_scale_cli_json_and_plot(run_json, tmp_path):
     for key in ("gpus", "tokens_per_s", "tokens_per_s_per_gpu", "speedup", "ideal", "efficiency", "strategy",
                 "bottleneck"):
         assert key in doc["rows"][0]
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert_png(png)
 
 
 def test_explain_timeline_bubble_matches_the_closed_form(run_json):
@@ -55,10 +55,10 @@ def test_explain_timeline_bubble_matches_the_closed_form(run_json):
     assert doc["timeline"]["bubble_s"] == pytest.approx(bubble, rel=0.1)
 
 
-def test_explain_human_draws_timeline_and_bars(run_cli, tmp_path):
+def test_explain_human_draws_timeline_and_bars(run_cli, tmp_path, assert_png):
     pytest.importorskip("matplotlib")
     png = tmp_path / "e.png"
     code, out, _ = run_cli("explain", "-m", "llama3.1-70b", "-c", "h100", "-n", "64", "--tp", "4", "--pp", "4",
                            "--vpp", "5", "--gbs", "64", "--timeline", "--plot", str(png))
     assert code == 0 and "rank 3" in out and "capacity 80 GiB" in out and "bubble" in out
-    assert png.stat().st_size > 10_000
+    assert_png(png)
