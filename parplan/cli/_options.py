@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from parplan.planner.api import gpu_counts
+from parplan.planner.api import parse_doubling_spec
 from parplan.planner.strategy import PRECISIONS
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
@@ -23,9 +23,10 @@ MemoryFractionOpt = Annotated[float, typer.Option(min=0.1, max=1.0, help="Use at
 
 
 def parse_gpu_counts(text: str) -> list[int]:
-    """The GPU counts of a --gpus value; a malformed or empty one is a usage error."""
+    """The GPU counts of a --gpus value ('256..4096' powers of two, '8,16,64' or '512'); a malformed or empty
+    one is a usage error."""
     try:
-        counts = gpu_counts(text)
+        counts = parse_doubling_spec(text)
     except ValueError:
         raise typer.BadParameter("expected N, a list N,M or a range N..M", param_hint="--gpus") from None
     if not counts:

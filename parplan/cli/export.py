@@ -50,8 +50,7 @@ def show_launch(launch: Launch, out: Path | None, json_out: bool) -> None:
         for name, text in launch.files.items():
             (out / name).write_text(text)
     if json_out:
-        print_json({"framework": launch.framework, "files": launch.files, "notes": list(launch.notes),
-                    "written_to": str(out) if out else None})
+        print_json({**launch.as_dict(), "written_to": str(out) if out else None})
         return
     print_text(launch.text)
     if out is not None:

@@ -7,12 +7,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from parplan.cli._options import JsonOpt
 from parplan.cli._output import console, kv_table, print_json
 from parplan.hardware import load_cluster, preset_names
 
 app = typer.Typer(help="Cluster presets and cluster files.", no_args_is_help=True)
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
 
 @app.command("list")

@@ -7,12 +7,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from parplan.cli._options import JsonOpt
 from parplan.cli._output import console, human_count, kv_table, print_json
 from parplan.models import load_model, preset_names
 
 app = typer.Typer(help="Model presets and model files.", no_args_is_help=True)
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 
 
 @app.command("list")

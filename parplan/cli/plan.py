@@ -178,7 +178,7 @@ def plan_command(
     sources = {"model_source": model, "cluster_source": cluster}
     launch = None
     if emit is not None:
-        best = results[-1][1].plans[0] if len(results) > 1 else results[0][1].plans[0]
+        best = results[-1][1].plans[0]  # the largest size that fits
         launch = export(model_spec, base.with_gpus(best.gpus), best.strategy, emit)
     if len(results) == 1:
         _show_single(results[0][1], model, cluster, tokens, json_out, sources, launch, expert_load,
@@ -189,20 +189,16 @@ def plan_command(
             print_text(launch.text)
 
 
-def _days(tokens: float, est: Estimate) -> float:
-    return tokens / est.tokens_per_s / 86400
-
-
 def _show_single(result: PlanResult, model: str, cluster: str, tokens: float | None, json_out: bool,
                  sources: dict[str, str], launch: Launch | None, expert_load: str | None, moe: bool) -> None:
     best = result.plans[0]
     if json_out:
         doc = _plan_doc(result, sources)
         if tokens:
-            doc["days"] = _days(tokens, best)
-            doc["gpu_hours"] = tokens / best.tokens_per_s_per_gpu / 3600
+            doc["days"] = best.days_for(tokens)
+            doc["gpu_hours"] = best.gpu_hours_for(tokens)
         if launch is not None:
-            doc["launch"] = {"framework": launch.framework, "files": launch.files, "notes": list(launch.notes)}
+            doc["launch"] = launch.as_dict()
         print_json(doc)
         return
     console.print(_plans_table(result, f"Best layouts of {best.model} on {best.gpus}× {best.cluster} "
@@ -211,8 +207,8 @@ def _show_single(result: PlanResult, model: str, cluster: str, tokens: float | N
     if len(result.plans) > 1:
         console.print(why_better(best, result.plans[1]), highlight=False)
     if tokens:
-        console.print(f"{tokens:.3g} tokens take {_days(tokens, best):.1f} days "
-                      f"({tokens / best.tokens_per_s_per_gpu / 3600:,.0f} GPU-hours).", highlight=False)
+        console.print(f"{tokens:.3g} tokens take {best.days_for(tokens):.1f} days "
+                      f"({best.gpu_hours_for(tokens):,.0f} GPU-hours).", highlight=False)
     console.print("Inspect it with:", highlight=False)
     console.print(f"  {_explain_command(best, model, cluster, expert_load)}", highlight=False, soft_wrap=True)
     if launch is not None:
@@ -223,7 +219,7 @@ def _show_sizes(results: list[tuple[int, PlanResult]], tokens: float | None, day
                 json_out: bool, sources: dict[str, str]) -> None:
     chosen = None
     if tokens and days:
-        meeting = [(n, r) for n, r in results if _days(tokens, r.plans[0]) <= days]
+        meeting = [(n, r) for n, r in results if r.plans[0].days_for(tokens) <= days]
         chosen = meeting[0][0] if meeting else None
     if json_out:
         print_json({"sizes": [{"gpus": n, **_plan_doc(r, sources)} for n, r in results],
@@ -237,7 +233,7 @@ def _show_sizes(results: list[tuple[int, PlanResult]], tokens: float | None, day
         row = [str(n), e.strategy.describe(n), f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.tokens_per_s:,.0f}",
                f"{e.mfu:.1%}", f"{e.required_gib:.1f}"]
         if tokens:
-            row.append(f"{_days(tokens, e):.1f}")
+            row.append(f"{e.days_for(tokens):.1f}")
         table.add_row(*row)
     console.print(table)
     if tokens and days:

@@ -29,6 +29,9 @@ class Launch:
     notes: tuple[str, ...] = ()
     """Caveats: what the files cannot say, or what must be set elsewhere."""
 
+    def as_dict(self) -> dict[str, object]:
+        return {"framework": self.framework, "files": self.files, "notes": list(self.notes)}
+
     @property
     def text(self) -> str:
         """All files with `==> name <==` headers (as `tail` prints them), then the notes."""

@@ -44,11 +44,6 @@ def parse_doubling_spec(text: str, parse: Callable[[str], int] = int) -> list[in
     return [parse(x) for x in text.split(",") if x.strip()]
 
 
-def gpu_counts(spec: str) -> list[int]:
-    """GPU counts of `plan --gpus` and `scale --gpus`: '256..4096' (powers of two), '8,16,64', or '512'."""
-    return parse_doubling_spec(spec)
-
-
 def _choices(text: str | tuple[str, ...] | None, options: tuple[str, ...], name: str) -> tuple[str, ...] | None:
     if text is None:
         return None

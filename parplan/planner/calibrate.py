@@ -15,7 +15,7 @@ from scipy.optimize import least_squares
 from parplan.errors import ConfigError, ParplanError
 from parplan.hardware.spec import Calibration, ClusterSpec
 from parplan.planner.estimate import evaluate
-from parplan.planner.validate import PublishedRun
+from parplan.planner.validate import PublishedRun, RunResult
 
 KNOBS = ("compute_scale", "nvlink_overlap_cost", "nic_overlap_cost")
 BOUNDS = ((0.5, 0.0, 0.0), (1.5, 0.6, 0.6))
@@ -44,11 +44,8 @@ class CalibrationResult:
 
 def _errors(runs: list[PublishedRun], models: list, cluster: ClusterSpec, cal: Calibration) -> np.ndarray:
     tuned = dataclasses.replace(cluster, calibration=cal)
-    out = []
-    for run, model in zip(runs, models, strict=True):
-        est = evaluate(model, tuned.with_gpus(run.gpus), run.strategy)
-        out.append(est.tokens_per_s_per_gpu / run.tokens_per_s_per_gpu - 1)
-    return np.array(out)
+    return np.array([RunResult(run, evaluate(model, tuned.with_gpus(run.gpus), run.strategy), None).throughput_error
+                     for run, model in zip(runs, models, strict=True)])
 
 
 def calibrate(runs: list[PublishedRun], cluster: ClusterSpec) -> CalibrationResult:

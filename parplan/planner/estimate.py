@@ -502,6 +502,14 @@ class Estimate:
             time_breakdown=time, memory_breakdown=mem, stages=stages,
         )
 
+    def days_for(self, tokens: float) -> float:
+        """Days of training `tokens` at this throughput."""
+        return tokens / self.tokens_per_s / 86400
+
+    def gpu_hours_for(self, tokens: float) -> float:
+        """GPU-hours of training `tokens` at this throughput."""
+        return tokens / self.tokens_per_s_per_gpu / 3600
+
     @property
     def tokens_per_s(self) -> float:
         return self.tokens_per_s_per_gpu * self.gpus
