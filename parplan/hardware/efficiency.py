@@ -123,6 +123,12 @@ def gemm_time(gpu: GPUSpec, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str
     return np.maximum(compute, memory)
 
 
+def peak_flops(gpu: GPUSpec, fp8: ArrayLike) -> np.ndarray:
+    """Dense peak FLOP/s of the GEMM dtype MFU is measured against: fp8 where fp8 GEMMs are on (nan on a GPU
+    without fp8 tensor cores, which the Strategy rules refuse anyway), bf16 otherwise."""
+    return np.where(fp8, gpu.peak_tflops.get("fp8", np.nan), gpu.peak_tflops["bf16"]) * 1e12
+
+
 def memory_bound_time(gpu: GPUSpec, nbytes: ArrayLike, kernels: ArrayLike = 1) -> np.ndarray:
     """Seconds to stream `nbytes` through HBM in `kernels` element-wise kernels (each pays its launch)."""
     stream = np.asarray(nbytes, dtype=float) / (gpu.hbm_tbps * 1e12 * gpu.hbm_efficiency)

@@ -178,6 +178,11 @@ class MoESpec:
     def moe_layers(self) -> int:
         return sum(self.layers)
 
+    @property
+    def group_limited(self) -> bool:
+        """Routing limits each token to topk_group of n_group expert groups (and so to that many nodes)."""
+        return self.n_group > 1 and self.topk_group < self.n_group
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:

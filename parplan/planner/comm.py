@@ -149,11 +149,17 @@ def remote_nodes_per_token(ctx: Ctx) -> np.ndarray:
         # The EP group holds all experts; with fewer experts than nodes the spread is the expert count.
         r = experts.expected_remote_nodes(moe.experts, moe.top_k, n) if moe.experts % n == 0 else (
             experts.remote_copies(moe.top_k, n))
-        if moe.n_group > 1 and moe.topk_group < moe.n_group:
+        if moe.group_limited:
             cap = experts.max_nodes_per_token(moe.n_group, moe.topk_group, n)
             r = min(r, experts.node_limited(moe.top_k, n, cap))
         values.append(r)
     return np.array(values)[inverse.ravel()]
+
+
+def dispatch_bytes(ctx: Ctx) -> np.ndarray:
+    """Bytes per element of the forward dispatch: fp8 with DeepEP's fp8 dispatch, else bf16 (the combine and
+    the backward all-to-alls stay bf16, DeepSeek-V3 §3.3)."""
+    return np.where(ctx.lay.dispatch == DISPATCHERS.index("deepep-fp8"), 1.0, float(ACT_BYTES))
 
 
 def expert_traffic(ctx: Ctx, bytes_per_elem: np.ndarray | float) -> ExpertTraffic:
@@ -192,8 +198,7 @@ def ep_layer(ctx: Ctx, compute_f: np.ndarray, compute_b: np.ndarray, shared_f: n
     if moe is None:
         zero = np.zeros(len(ctx.lay))
         return Comm(zero, zero), Comm(zero, zero)
-    fp8 = ctx.lay.dispatch == DISPATCHERS.index("deepep-fp8")
-    dispatch_f = _a2a_time(ctx, expert_traffic(ctx, np.where(fp8, 1.0, ACT_BYTES)))
+    dispatch_f = _a2a_time(ctx, expert_traffic(ctx, dispatch_bytes(ctx)))
     bf16 = _a2a_time(ctx, expert_traffic(ctx, float(ACT_BYTES)))
     gathered = ctx.tokens_moe * ctx.straggler * moe.top_k * ctx.model.hidden * ACT_BYTES * ctx.et
     etp_dom = np.minimum(ctx.et, ctx.cluster.scaleup_domain).astype(float)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from parplan.hardware.efficiency import peak_flops
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import Block, LayerKind, ModelSpec
 from parplan.planner import comm, compute, memory
@@ -402,8 +403,7 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, br
         return np.array([flops_of(float(x)) for x in seqs])[seq_index.ravel()]
 
     model_flops = per_seq(model.training_flops_per_token)
-    peak_flops = np.where(ctx.fp8, cluster.gpu.peak_tflops.get("fp8", np.nan), cluster.gpu.peak_tflops["bf16"])
-    mfu = tokens_per_s_per_gpu * model_flops / (peak_flops * 1e12)
+    mfu = tokens_per_s_per_gpu * model_flops / peak_flops(cluster.gpu, ctx.fp8)
     layers_fwd = per_seq(lambda x: model.forward_flops_per_token(x) - 2.0 * model.hidden * model.vocab
                          * (1 + model.mtp_layers))
     attn_fwd = per_seq(model.attention_core_flops_per_token)

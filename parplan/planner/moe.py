@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from parplan.hardware.efficiency import peak_flops
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import Block, LayerKind, ModelSpec
 from parplan.planner import comm, compute, experts
@@ -73,9 +74,8 @@ def _efficiency(ctx: Ctx, blocks: set[Block], inside: bool) -> tuple[float, floa
     work = compute.gemm_work(ctx, LayerKind.MOE, lambda lin: (lin.block in blocks) == inside)
     flops, seconds = float(work.flops[0]), float(work.forward[0])
     gpu = ctx.cluster.gpu
-    peak = gpu.peak_tflops["fp8"] if bool(ctx.fp8[0]) else gpu.peak_tflops["bf16"]
     tflops = flops / seconds / 1e12 if seconds > 0 else 0.0
-    return tflops, tflops / peak
+    return tflops, tflops * 1e12 / float(peak_flops(gpu, ctx.fp8)[0])
 
 
 def _states(stage: dict[str, object]) -> float:
@@ -91,13 +91,12 @@ def moe_section(model: ModelSpec, cluster: ClusterSpec, est: Estimate,
         return None
     s = est.strategy
     ctx = Ctx.build(model, cluster, Layouts.from_strategies([s]), workload)
-    fwd_bytes = 1.0 if s.dispatch == "deepep-fp8" else float(ACT_BYTES)
-    dispatch = comm.expert_traffic(ctx, fwd_bytes)
+    dispatch = comm.expert_traffic(ctx, comm.dispatch_bytes(ctx))
     combine = comm.expert_traffic(ctx, float(ACT_BYTES))
     mib = 2.0**20
     inter, intra = float(dispatch.inter_node[0]), float(dispatch.intra_node[0])
     nodes = int(ctx.ep_nodes[0])
-    limited = moe.n_group > 1 and moe.topk_group < moe.n_group and nodes > 1
+    limited = moe.group_limited and nodes > 1
     slots = moe.experts + s.redundant_experts
     # The rows each local expert's GEMMs get: read off the very shapes the compute model times.
     tokens_per_expert = next(float(np.asarray(m).ravel()[0]) for lin, m, _, _, _ in
