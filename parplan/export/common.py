@@ -62,8 +62,12 @@ def is_recompute(lay: Layouts, *names: str) -> np.ndarray:
     return np.isin(lay.recompute, [RECOMPUTE.index(n) for n in names])
 
 
-NO_REDUNDANT_EXPERTS_WHY = ("redundant experts (EPLB replicas) exist in DeepSeek's own training stack and in "
-                            "inference engines; {name} trains each expert once: set redundant_experts 0")
+def no_redundant_experts(name: str) -> Support:
+    """The rule every exporter shares: EPLB replicas exist in DeepSeek's own training stack and in inference
+    engines, not in the frameworks parplan writes launch settings for."""
+    return Support("no_redundant_experts", lambda lay, m: lay.redundant_experts == 0,
+                   lambda s: "redundant experts (EPLB replicas) exist in DeepSeek's own training stack and in "
+                             f"inference engines; {name} trains each expert once: set redundant_experts 0")
 
 
 def is_schedule(lay: Layouts, *names: str) -> np.ndarray:

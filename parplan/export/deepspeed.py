@@ -15,7 +15,6 @@ import json
 import numpy as np
 
 from parplan.export.common import (
-    NO_REDUNDANT_EXPERTS_WHY,
     Flag,
     Launch,
     Support,
@@ -23,6 +22,7 @@ from parplan.export.common import (
     is_dispatch,
     is_recompute,
     is_schedule,
+    no_redundant_experts,
     shell_array,
 )
 from parplan.hardware.spec import ClusterSpec
@@ -73,8 +73,7 @@ RULES: tuple[Support, ...] = (
                       "micro-batch: use dispatch alltoall without ep_overlap"),
     Support("no_module_recompute", lambda lay, m: ~is_recompute(lay, "modules"),
             lambda s: "Megatron-DeepSpeed has no --recompute-modules; use recompute selective or full"),
-    Support("no_redundant_experts", lambda lay, m: lay.redundant_experts == 0,
-            lambda s: NO_REDUNDANT_EXPERTS_WHY.format(name="DeepSpeed")),
+    no_redundant_experts("DeepSpeed"),
 )
 
 

@@ -11,13 +11,13 @@ t layer, m MTP layer, L loss, `|` between virtual stages, `x*n` repeats) from
 from __future__ import annotations
 
 from parplan.export.common import (
-    NO_REDUNDANT_EXPERTS_WHY,
     Flag,
     Launch,
     Support,
     describe,
     is_dispatch,
     is_schedule,
+    no_redundant_experts,
     shell_array,
 )
 from parplan.hardware.spec import ClusterSpec
@@ -41,8 +41,7 @@ RULES: tuple[Support, ...] = (
                       f"pp > 1, or pp = 1"),
     Support("no_fp8_dispatch", lambda lay, m: ~is_dispatch(lay, "deepep-fp8"),
             lambda s: "Megatron's flex dispatcher sends bf16 tokens through DeepEP; use dispatch deepep"),
-    Support("no_redundant_experts", lambda lay, m: lay.redundant_experts == 0,
-            lambda s: NO_REDUNDANT_EXPERTS_WHY.format(name="Megatron-LM")),
+    no_redundant_experts("Megatron-LM"),
 )
 
 # ZeRO stage -> Megatron-FSDP sharding strategy (ecosystem.md A2: --data-parallel-sharding-strategy).

@@ -14,13 +14,13 @@ import json
 import numpy as np
 
 from parplan.export.common import (
-    NO_REDUNDANT_EXPERTS_WHY,
     Launch,
     Support,
     describe,
     is_dispatch,
     is_recompute,
     is_schedule,
+    no_redundant_experts,
 )
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
@@ -89,8 +89,7 @@ RULES: tuple[Support, ...] = (
     Support("no_module_recompute", lambda lay, m: ~is_recompute(lay, "modules"),
             lambda s: "torchtitan's activation checkpointing is none, selective (per op or per layer) or full; "
                       "Megatron's module recompute has no equivalent"),
-    Support("no_redundant_experts", lambda lay, m: lay.redundant_experts == 0,
-            lambda s: NO_REDUNDANT_EXPERTS_WHY.format(name="torchtitan")),
+    no_redundant_experts("torchtitan"),
 )
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
-from parplan.planner.strategy import PRECISIONS, RECOMPUTE, Layouts
+from parplan.planner.strategy import PRECISIONS, RECOMPUTE, Layouts, scatter_gather_acts
 from parplan.planner.workload import UNIFORM, Workload
 
 FP8 = PRECISIONS.index("fp8")
@@ -106,7 +106,7 @@ class Ctx:
             model=model, cluster=cluster, lay=lay, t=t, p=p, c=c, e=e, et=et, v=lay.vpp.astype(np.int64),
             b=b, s=s, dp=dp, edp=edp, m=lay.gbs // np.maximum(1, dp * lay.mbs),
             tokens=tokens, tokens_sp=tokens_sp, tokens_moe=tokens_moe, sp=sp,
-            scatter_gather=lay.pp_scatter_gather & ~sp & (t > 1),
+            scatter_gather=lay.pp_scatter_gather & scatter_gather_acts(t, p, sp),
             fp8=lay.precision == FP8, flash=lay.flash_attention.astype(bool), recompute=lay.recompute,
             vocab_padded=np.ceil(model.vocab / (128 * t)) * 128 * t,
             tp_domain=members_per_domain(d, np.ones_like(t), t),

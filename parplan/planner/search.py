@@ -23,7 +23,16 @@ from parplan.models.spec import ModelSpec
 from parplan.planner.estimate import Estimate, evaluate_layouts, peak_memory_gib, required_memory_gib
 from parplan.planner.estimate import group_rows as _group_rows
 from parplan.planner.memory import required_gib as memory_required_gib
-from parplan.planner.strategy import DISPATCHERS, PRECISIONS, RECOMPUTE, RULES, SCHEDULES, Layouts, valid_mask
+from parplan.planner.strategy import (
+    DISPATCHERS,
+    PRECISIONS,
+    RECOMPUTE,
+    RULES,
+    SCHEDULES,
+    Layouts,
+    scatter_gather_acts,
+    valid_mask,
+)
 from parplan.planner.workload import UNIFORM, Workload
 
 OBJECTIVES = ("throughput", "memory", "cost")
@@ -155,8 +164,7 @@ def _expand(cell: dict, gbs: int, seq: int, space: SearchSpace) -> dict[str, np.
         "flash_attention": full(True, bool), "tp_overlap": sp_ovl[pair, 1], "dispatch": full(0, np.int8),
         "redundant_experts": redundant, "ep_overlap": full(False, bool),
         "p2p_overlap": full(True, bool),
-        # Normalised as Strategy does: only a no-SP pipeline with tp > 1 has anything to scatter.
-        "pp_scatter_gather": space.pp_scatter_gather & ~sp_ovl[pair, 0] & (cell["tp"] > 1) & (cell["pp"] > 1),
+        "pp_scatter_gather": space.pp_scatter_gather & scatter_gather_acts(cell["tp"], cell["pp"], sp_ovl[pair, 0]),
     }
 
 

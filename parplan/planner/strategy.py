@@ -30,6 +30,13 @@ one copy per destination node and forwards it over NVLink there (DeepEP, Megatro
 deepep-fp8 also dispatches in fp8 (combine stays bf16), as DeepSeek-V3 trained."""
 
 
+def scatter_gather_acts(tp: np.ndarray | int, pp: np.ndarray | int, sp: np.ndarray | bool) -> np.ndarray:
+    """Where scatter-gathering stage tensors has anything to do: a stage boundary (pp > 1) between TP groups
+    (tp > 1) whose tensor SP has not already sharded. Strategy normalises the flag with it, the search sets
+    it with it, and the cost model reads it through it."""
+    return (np.asarray(tp) > 1) & (np.asarray(pp) > 1) & ~np.asarray(sp, dtype=bool)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Strategy:
     """One parallel layout and batch setting of a training run."""
@@ -101,8 +108,7 @@ class Strategy:
         if self.pp == 1 or self.schedule != "interleaved":
             # 1F1B and ZB wait for their transfers anyway; DualPipe(V) is built around overlapping them.
             object.__setattr__(self, "p2p_overlap", True)
-        if self.tp == 1 or self.pp == 1 or self.sp:
-            # Nothing to scatter: one TP rank, no stage boundary, or a boundary tensor SP already shards.
+        if not scatter_gather_acts(self.tp, self.pp, self.sp):
             object.__setattr__(self, "pp_scatter_gather", False)
 
     def dp(self, gpus: int) -> int:
