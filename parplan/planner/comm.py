@@ -76,6 +76,24 @@ def _cost(ctx: Ctx, inside: np.ndarray) -> np.ndarray:
     return np.where(inside, cal.nvlink_overlap_cost, cal.nic_overlap_cost)
 
 
+def _activation_bytes(ctx: Ctx) -> np.ndarray:
+    """One micro-batch's hidden states on one rank, s·b·h in bf16: the tensor TP and PP move."""
+    return ctx.tokens * ctx.model.hidden * ACT_BYTES
+
+
+def tp_head(ctx: Ctx) -> np.ndarray:
+    """The LM head's input is all-gathered over TP under SP (forward; its gradient reduce-scattered back)."""
+    gather = collective_time(ctx.cluster, Collective.ALL_GATHER, _activation_bytes(ctx), ctx.t, ctx.tp_domain)
+    return np.where(ctx.sp, gather, 0.0)
+
+
+def tp_embedding(ctx: Ctx) -> np.ndarray:
+    """The vocab-parallel embedding's output is all-reduced over TP (reduce-scattered under SP)."""
+    msg = _activation_bytes(ctx)
+    return np.where(ctx.sp, collective_time(ctx.cluster, Collective.REDUCE_SCATTER, msg, ctx.t, ctx.tp_domain),
+                    collective_time(ctx.cluster, Collective.ALL_REDUCE, msg, ctx.t, ctx.tp_domain))
+
+
 def tp_layer(ctx: Ctx, kind: LayerKind, gemm_f: np.ndarray, gemm_b: np.ndarray) -> tuple[Comm, Comm]:
     """TP communication of one layer per micro-batch: (forward, backward).
 
@@ -86,7 +104,7 @@ def tp_layer(ctx: Ctx, kind: LayerKind, gemm_f: np.ndarray, gemm_b: np.ndarray) 
     """
     model = ctx.model
     t, dom = ctx.t, ctx.tp_domain
-    msg = ctx.tokens * model.hidden * ACT_BYTES
+    msg = _activation_bytes(ctx)
     a = model.attention
     # MLA gathers the compressed q/kv latents before the up-projections instead of the hidden states.
     gather = (ctx.tokens * (a.mla.q_lora_rank + a.mla.kv_lora_rank + a.mla.qk_rope_head_dim) * ACT_BYTES
@@ -223,7 +241,7 @@ def _p2p_one(ctx: Ctx) -> np.ndarray:
     TP rank sends 1/tp when sequence parallelism has sharded it (formulas.md §4.2). Without SP every TP rank
     sends the whole tensor, unless Megatron-LM's scatter-gather (Narayanan 2021 §4.1) sends 1/tp per rank
     over its own link and all-gathers the tensor inside the receiving node."""
-    msg = ctx.tokens * ctx.model.hidden * ACT_BYTES
+    msg = _activation_bytes(ctx)
     send = collective_time(ctx.cluster, Collective.SEND_RECV, msg / np.where(ctx.sp | ctx.scatter_gather, ctx.t, 1),
                            2, np.where(ctx.pp_same_domain, 2.0, 1.0))
     gather = collective_time(ctx.cluster, Collective.ALL_GATHER, msg, ctx.t, ctx.tp_domain)

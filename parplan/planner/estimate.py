@@ -47,6 +47,26 @@ class _Work:
     compute_f: np.ndarray
     compute_b: np.ndarray
 
+    def __add__(self, other: _Work) -> _Work:
+        def merged(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in a.keys() | b.keys()}
+
+        return _Work(merged(self.parts, other.parts), merged(self.total_comm, other.total_comm),
+                     self.fwd + other.fwd, self.bwd + other.bwd, self.wgrad + other.wgrad,
+                     self.compute_f + other.compute_f, self.compute_b + other.compute_b)
+
+    def scaled(self, k: float) -> _Work:
+        return _Work({n: k * v for n, v in self.parts.items()}, {n: k * v for n, v in self.total_comm.items()},
+                     k * self.fwd, k * self.bwd, k * self.wgrad, k * self.compute_f, k * self.compute_b)
+
+
+def _compute_work(lt: compute.LayerTime, tp_f: np.ndarray | float = 0.0, tp_b: np.ndarray | float = 0.0) -> _Work:
+    """The work of a GEMM-and-element-wise unit (head, embedding, MTP projection) whose TP collectives take
+    `tp_f` forward and `tp_b` backward and wait."""
+    comm_parts = {"tp_comm": tp_f + tp_b}
+    return _Work({"gemm": lt.gemm_f + lt.gemm_b, "elementwise": lt.elem_f + lt.elem_b, **comm_parts}, comm_parts,
+                 lt.forward + tp_f, lt.backward + tp_b, lt.gemm_w, lt.forward, lt.backward)
+
 
 def _zeros(n: int) -> np.ndarray:
     return np.zeros(n)
@@ -90,45 +110,20 @@ def _layer_work(ctx: Ctx, kind: LayerKind) -> _Work:
 
 
 def _head_work(ctx: Ctx) -> _Work:
-    """LM head + loss (and MTP modules) on the last stage; with SP its input is gathered over TP."""
-    n = len(ctx.lay)
-    ht = compute.head_time(ctx)
-    msg = ctx.tokens * ctx.model.hidden * ACT_BYTES
-    gather = np.where(ctx.sp, comm.collective_time(ctx.cluster, comm.Collective.ALL_GATHER, msg, ctx.t,
-                                                   ctx.tp_domain), 0.0)
-    fwd, bwd = ht.forward + gather, ht.backward + gather
-    parts = {"gemm": ht.gemm_f + ht.gemm_b, "elementwise": ht.elem_f + ht.elem_b, "tp_comm": 2 * gather}
-    total_comm = {"tp_comm": 2 * gather}
-    wgrad, cf, cb = ht.gemm_w, ht.forward, ht.backward
-    if ctx.model.mtp_layers:
-        k = ctx.model.mtp_layers
-        layer = _layer_work(ctx, ctx.model.mtp_layer_kind)
-        extra = compute.mtp_extra_time(ctx)
-        fwd = fwd + k * (layer.fwd + extra.forward + ht.forward + gather)
-        bwd = bwd + k * (layer.bwd + extra.backward + ht.backward + gather)
-        for key, val in layer.parts.items():
-            parts[key] = parts.get(key, _zeros(n)) + k * val
-        parts["gemm"] = parts["gemm"] + k * (extra.gemm_f + extra.gemm_b + ht.gemm_f + ht.gemm_b)
-        parts["elementwise"] = parts["elementwise"] + k * (extra.elem_f + extra.elem_b + ht.elem_f + ht.elem_b)
-        parts["tp_comm"] = parts["tp_comm"] + k * 2 * gather
-        for key, val in layer.total_comm.items():
-            total_comm[key] = total_comm.get(key, _zeros(n)) + k * val
-        wgrad = wgrad + k * (layer.wgrad + extra.gemm_w + ht.gemm_w)
-        cf = cf + k * (layer.compute_f + extra.forward + ht.forward)
-        cb = cb + k * (layer.compute_b + extra.backward + ht.backward)
-    return _Work(parts, total_comm, fwd, bwd, wgrad, cf, cb)
+    """LM head + loss on the last stage, its input gathered over TP under SP; each MTP module adds a
+    transformer layer, its 2h -> h projection and another head."""
+    gather = comm.tp_head(ctx)
+    head = _compute_work(compute.head_time(ctx), gather, gather)
+    if not ctx.model.mtp_layers:
+        return head
+    mtp = _layer_work(ctx, ctx.model.mtp_layer_kind) + _compute_work(compute.mtp_extra_time(ctx)) + head
+    return head + mtp.scaled(ctx.model.mtp_layers)
 
 
 def _embedding_work(ctx: Ctx) -> _Work:
-    """Embedding lookup on the first stage; vocab-parallel over TP, so its output is all-reduced (or
-    reduce-scattered under SP) across the TP group forward, and its gradient passes back the same way."""
-    et = compute.embedding_time(ctx)
-    msg = ctx.tokens * ctx.model.hidden * ACT_BYTES
-    reduce = np.where(ctx.sp, comm.collective_time(ctx.cluster, comm.Collective.REDUCE_SCATTER, msg, ctx.t,
-                                                   ctx.tp_domain),
-                      comm.collective_time(ctx.cluster, comm.Collective.ALL_REDUCE, msg, ctx.t, ctx.tp_domain))
-    return _Work({"elementwise": et.elem_f + et.elem_b, "tp_comm": reduce}, {"tp_comm": reduce},
-                 et.forward + reduce, et.backward, et.gemm_w, et.forward, et.backward)
+    """Embedding lookup on the first stage; vocab-parallel over TP, so its output is reduced across the TP
+    group forward (comm.tp_embedding), and its gradient passes back without a collective."""
+    return _compute_work(compute.embedding_time(ctx), comm.tp_embedding(ctx))
 
 
 _PATTERN_FIELDS = ("rank", "count", "dense", "moe", "embedding", "head", "work")
