@@ -6,7 +6,6 @@ import dataclasses
 import time
 from typing import Annotated
 
-import numpy as np
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -25,13 +24,13 @@ from parplan.cli._options import (
 from parplan.cli._output import console, err_console, print_json, print_text
 from parplan.cli.explain import explain_args
 from parplan.errors import ConfigError, NoFeasiblePlanError
-from parplan.export import Launch, export, framework_mask
+from parplan.export import Launch, export, framework_filter
 from parplan.hardware import load_cluster
 from parplan.models import load_model
 from parplan.planner.api import space_from_options, why_better
 from parplan.planner.estimate import Estimate
 from parplan.planner.search import OBJECTIVES, PlanResult, plan_or_raise
-from parplan.planner.strategy import DISPATCHERS, RECOMPUTE, SCHEDULES, Layouts, Strategy
+from parplan.planner.strategy import DISPATCHERS, RECOMPUTE, SCHEDULES, Strategy
 from parplan.planner.workload import parse_expert_load
 
 IntSpec = Annotated[str | None, typer.Option(help="A value, a list (1,2,4) or a range (1..16).")]
@@ -148,12 +147,9 @@ def plan_command(
         raise ConfigError(f"{base.gpu.name} has no fp8 tensor cores; use --precision bf16", field="precision")
     layout_filter = None
     if framework is not None:
-        framework_mask(framework, Layouts.from_strategies([Strategy()]))  # unknown names fail here, clearly
+        layout_filter = framework_filter(framework, model_spec)
         # DeepSpeed's pipeline engine partitions stage tensors over TP (PartitionedTensor): cost it so.
         space = dataclasses.replace(space, pp_scatter_gather=framework == "deepspeed")
-
-        def layout_filter(lay: Layouts) -> np.ndarray:
-            return framework_mask(framework, lay, model=model_spec)
 
     update, close = _progress_callback()
     results: list[tuple[int, PlanResult]] = []

@@ -10,6 +10,7 @@ each written once over `Layouts`: `framework_mask` filters a batch for the plann
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
@@ -24,7 +25,7 @@ from parplan.planner.strategy import Layouts, Strategy
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
 _MODULES: dict[str, ModuleType] = {"megatron": megatron, "deepspeed": deepspeed, "torchtitan": torchtitan}
 
-__all__ = ["FRAMEWORKS", "Launch", "export", "framework_mask", "unsupported_reason"]
+__all__ = ["FRAMEWORKS", "Launch", "export", "framework_filter", "framework_mask", "unsupported_reason"]
 
 
 def _module(framework: str) -> ModuleType:
@@ -48,6 +49,13 @@ def unsupported_reason(framework: str, strategy: Strategy, *, model: ModelSpec |
 def framework_mask(framework: str, lay: Layouts, *, model: ModelSpec | None = None) -> np.ndarray:
     """Boolean array over `lay`: True where `framework` can run the layout (same rules as `unsupported_reason`)."""
     return supported_mask(_module(framework).RULES, lay, model)
+
+
+def framework_filter(framework: str, model: ModelSpec | None = None) -> Callable[[Layouts], np.ndarray]:
+    """`framework_mask` bound to a framework and model, for a search's layout filter; an unknown framework
+    name fails here, before any search."""
+    rules = _module(framework).RULES
+    return lambda lay: supported_mask(rules, lay, model)
 
 
 def export(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy, framework: str) -> Launch:

@@ -100,6 +100,8 @@ class Strategy:
     already), so plans leave it off. Ignored, and normalised off, where tp = 1, pp = 1 or SP is on."""
 
     def __post_init__(self) -> None:
+        for name, options in _CATEGORIES.items():
+            _code(options, getattr(self, name), name)  # an unknown name fails here, not at first use
         if self.tp == 1:
             # Megatron silently turns SP off at tp=1 (ecosystem.md A2), and TP overlap has nothing to overlap;
             # normalise so equal layouts compare equal.
@@ -148,13 +150,16 @@ class Strategy:
                 raise InvalidStrategyError(rule.message(self, model, cluster))
 
 
-_INT_FIELDS = ("tp", "pp", "cp", "ep", "etp", "vpp", "zero", "mbs", "gbs", "seq", "redundant_experts")
+_CATEGORIES: dict[str, tuple[str, ...]] = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "precision": PRECISIONS,
+                                           "dispatch": DISPATCHERS}
+"""Strategy fields that take one of a list of names; Layouts holds their index in it. The other fields are
+ints and bools, held as such."""
 
 
 @dataclass(frozen=True, slots=True)
 class Layouts:
-    """A batch of N layouts as parallel numpy arrays (struct of arrays); categorical fields are codes
-    into RECOMPUTE, SCHEDULES and PRECISIONS."""
+    """A batch of N layouts as parallel numpy arrays (struct of arrays), one per Strategy field; categorical
+    fields are codes into their _CATEGORIES tuple."""
 
     tp: np.ndarray
     pp: np.ndarray
@@ -180,20 +185,13 @@ class Layouts:
 
     @classmethod
     def from_strategies(cls, strategies: list[Strategy]) -> Layouts:
-        def col(name: str, conv: Callable[[Strategy], object], dtype: type) -> np.ndarray:
-            return np.array([conv(s) for s in strategies], dtype=dtype)
-
-        cols = {f: col(f, lambda s, f=f: getattr(s, f), np.int64) for f in _INT_FIELDS}
-        cols["sp"] = col("sp", lambda s: s.sp, bool)
-        cols["recompute"] = col("recompute", lambda s: _code(RECOMPUTE, s.recompute, "recompute"), np.int8)
-        cols["schedule"] = col("schedule", lambda s: _code(SCHEDULES, s.schedule, "schedule"), np.int8)
-        cols["precision"] = col("precision", lambda s: _code(PRECISIONS, s.precision, "precision"), np.int8)
-        cols["flash_attention"] = col("flash_attention", lambda s: s.flash_attention, bool)
-        cols["tp_overlap"] = col("tp_overlap", lambda s: s.tp_overlap, bool)
-        cols["dispatch"] = col("dispatch", lambda s: _code(DISPATCHERS, s.dispatch, "dispatch"), np.int8)
-        cols["ep_overlap"] = col("ep_overlap", lambda s: s.ep_overlap, bool)
-        cols["p2p_overlap"] = col("p2p_overlap", lambda s: s.p2p_overlap, bool)
-        cols["pp_scatter_gather"] = col("pp_scatter_gather", lambda s: s.pp_scatter_gather, bool)
+        cols = {}
+        for f in dataclasses.fields(Strategy):
+            values = [getattr(s, f.name) for s in strategies]
+            if f.name in _CATEGORIES:
+                cols[f.name] = np.array([_code(_CATEGORIES[f.name], v, f.name) for v in values], dtype=np.int8)
+            else:
+                cols[f.name] = np.array(values, dtype=bool if f.type == "bool" else np.int64)
         return cls(**cols)
 
     def __len__(self) -> int:
@@ -203,19 +201,11 @@ class Layouts:
         return Layouts(**{f.name: getattr(self, f.name)[index] for f in dataclasses.fields(self)})
 
     def strategy(self, i: int) -> Strategy:
-        kw: dict[str, object] = {f: int(getattr(self, f)[i]) for f in _INT_FIELDS}
-        kw.update(
-            sp=bool(self.sp[i]),
-            recompute=RECOMPUTE[int(self.recompute[i])],
-            schedule=SCHEDULES[int(self.schedule[i])],
-            precision=PRECISIONS[int(self.precision[i])],
-            flash_attention=bool(self.flash_attention[i]),
-            tp_overlap=bool(self.tp_overlap[i]),
-            dispatch=DISPATCHERS[int(self.dispatch[i])],
-            ep_overlap=bool(self.ep_overlap[i]),
-            p2p_overlap=bool(self.p2p_overlap[i]),
-            pp_scatter_gather=bool(self.pp_scatter_gather[i]),
-        )
+        kw: dict[str, object] = {}
+        for f in dataclasses.fields(Strategy):
+            value = getattr(self, f.name)[i]
+            kw[f.name] = (_CATEGORIES[f.name][int(value)] if f.name in _CATEGORIES
+                          else bool(value) if f.type == "bool" else int(value))
         return Strategy(**kw)
 
     def dp(self, gpus: int) -> np.ndarray:

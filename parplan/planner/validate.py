@@ -22,7 +22,7 @@ from parplan.models.presets import load_model_file
 from parplan.models.spec import ModelSpec
 from parplan.planner.estimate import Estimate, evaluate
 from parplan.planner.search import SearchSpace, plan
-from parplan.planner.strategy import Layouts, Strategy
+from parplan.planner.strategy import Strategy
 
 _BATCH_KEYS = {"gbs", "seq", "precision"}
 """Strategy fields a runs file gives outside `strategy` (under `batch`, and `precision` at the top)."""
@@ -144,10 +144,9 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
         layout.update(gbs=_field(batch, "gbs", file, f"{rid}.batch", int),
                       seq=_field(batch, "seq", file, f"{rid}.batch", int),
                       precision="fp8" if precision == "fp8" else "bf16")
-        strategy = dataclass_from_mapping(Strategy, layout, file, f"{rid}.strategy")
         try:
-            Layouts.from_strategies([strategy])  # names a recompute, schedule or dispatch it does not know
-        except InvalidStrategyError as e:
+            strategy = dataclass_from_mapping(Strategy, layout, file, f"{rid}.strategy")
+        except InvalidStrategyError as e:  # a recompute, schedule, precision or dispatch it does not know
             raise ConfigError(str(e), file=file, field=f"{rid}.strategy") from None
         if "dp" in strat and (_field(strat, "dp", file, f"{rid}.strategy", int) != strategy.dp(gpus)):
             raise ConfigError(f"dp={strat['dp']}, but {gpus} GPUs / (tp·pp·cp = "
