@@ -174,6 +174,13 @@ def test_cli_plan_usage_errors(run_cli):
     assert code == 1 and "fp8" in err
 
 
+def test_cli_plan_precision_list_drops_what_the_gpu_lacks(run_json):
+    """bf16,fp8 on an A100 (no fp8 tensor cores): the fp8 layouts fail the fp8_supported rule, bf16 remains."""
+    doc = run_json("plan", "-m", "llama3.1-8b", "-c", "a100-80gb", "-n", "8", "--gbs", "32", "--precision",
+                   "bf16,fp8")
+    assert {p["strategy"]["precision"] for p in doc["plans"]} == {"bf16"}
+
+
 def test_validate_rank_places_the_published_layout(run_cli):
     """validate --rank: the rank counts the fitting layouts predicted faster than the published one, so rank 1
     means the planner's best is no faster, and a higher rank means a positive gap."""

@@ -143,7 +143,8 @@ def plan_command(
     model_spec = load_model(model)
     workload = parse_expert_load(expert_load, model_spec)
     base = load_cluster(cluster)
-    if "fp8" in space.precision and not base.gpu.supports_fp8:
+    if space.precision == ("fp8",) and not base.gpu.supports_fp8:
+        # Asked for fp8 only: say why instead of "no layout fits" (in a list, the fp8_supported rule drops it).
         raise ConfigError(f"{base.gpu.name} has no fp8 tensor cores; use --precision bf16", field="precision")
     layout_filter = None
     if framework is not None:

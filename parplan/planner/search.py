@@ -8,6 +8,7 @@ restrictions. Each chunk goes through the same `evaluate_layouts` that `explain`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing as mp
 import os
@@ -75,6 +76,10 @@ class SearchSpace:
     on the NIC all-reduces every layer's activations over it, which no published large run does."""
     max_memory_fraction: float = 1.0
     """A plan must need at most this share of GPU memory (after allocator headroom and CUDA context)."""
+
+    def memory_cap_gib(self, cluster: ClusterSpec) -> float:
+        """The most GiB a plan may need on `cluster`'s GPUs."""
+        return cluster.gpu.hbm_gib * self.max_memory_fraction
 
     def allows(self, name: str, value: object) -> bool:
         allowed = getattr(self, name)
@@ -372,22 +377,18 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
     parts = max(1, min(workers, len(cells))) * 4 if workers > 1 else 1
     _STATE.update(model=model, cluster=cluster, space=space, gbs=gbs, seq=seq, keep=keep, chunk=chunk,
                   workload=workload, prune=objective != "memory" and faster_than is None, reference=faster_than,
-                  cap=cluster.gpu.hbm_gib * space.max_memory_fraction, filter=layout_filter,
+                  cap=space.memory_cap_gib(cluster), filter=layout_filter,
                   batches=_batches(cells, space, parts) if cells else [])
     indices = range(len(_STATE["batches"]))
     partials: list[_Partial] = []
     evaluated = 0
-    if workers > 1 and len(indices) > 1 and "fork" in mp.get_all_start_methods():
-        with mp.get_context("fork").Pool(min(workers, len(indices))) as pool:
-            for part in pool.imap_unordered(_run_batch, indices):
-                partials.append(part)
-                evaluated += part.evaluated
-                if progress:
-                    progress(evaluated)
-    else:
-        for i in indices:
-            partials.append(_run_batch(i))
-            evaluated += partials[-1].evaluated
+    with contextlib.ExitStack() as stack:
+        run = map
+        if workers > 1 and len(indices) > 1 and "fork" in mp.get_all_start_methods():
+            run = stack.enter_context(mp.get_context("fork").Pool(min(workers, len(indices)))).imap_unordered
+        for part in run(_run_batch, indices):
+            partials.append(part)
+            evaluated += part.evaluated
             if progress:
                 progress(evaluated)
     best: tuple[Layouts, np.ndarray, np.ndarray] | None = None
@@ -464,7 +465,7 @@ def plan_or_raise(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int,
         raise NoFeasiblePlanError(
             f"no valid layout of {model.name} on {cluster.gpus} GPUs with gbs={gbs}, seq={seq} under the given "
             "restrictions (every combination breaks a Strategy rule, e.g. gbs must be a multiple of dp·mbs)")
-    cap = cluster.gpu.hbm_gib * space.max_memory_fraction
+    cap = space.memory_cap_gib(cluster)
     need = result.least_memory.required_gib
     options = levers(model, cluster, gbs=gbs, seq=seq, space=space, workload=kw.get("workload", UNIFORM))
     helps = [f"{name}: {gib:.1f} GiB{' (fits)' if gib <= cap else ''}" for name, gib in
