@@ -155,11 +155,15 @@ class GemmFit:
     """(model − measured) / measured time per sample, in the samples' order."""
     rms_rel_error: float
 
+    def fields(self) -> dict[str, object]:
+        """The fitted GPUSpec fields (gemm_peak_fraction only for the dtypes measured)."""
+        return {"gemm_peak_fraction": self.gemm_peak_fraction, "gemm_tile_overhead_us": self.gemm_tile_overhead_us,
+                "kernel_launch_us": self.kernel_launch_us}
+
     def apply(self, gpu: GPUSpec) -> GPUSpec:
         """`gpu` with the fitted GEMM parameters (other dtypes' fractions kept)."""
-        return dataclasses.replace(gpu, gemm_peak_fraction={**gpu.gemm_peak_fraction, **self.gemm_peak_fraction},
-                                   gemm_tile_overhead_us=self.gemm_tile_overhead_us,
-                                   kernel_launch_us=self.kernel_launch_us)
+        return dataclasses.replace(gpu, **{**self.fields(), "gemm_peak_fraction": {**gpu.gemm_peak_fraction,
+                                                                                  **self.gemm_peak_fraction}})
 
 
 def fit_gemm_curve(samples: Sequence[GemmSample], gpu: GPUSpec) -> GemmFit:
@@ -233,10 +237,13 @@ class AttentionFit:
     """(model − measured) / measured, forward times then backward times, in the samples' order."""
     rms_rel_error: float
 
+    def fields(self) -> dict[str, object]:
+        """The fitted GPUSpec fields."""
+        return {"attention_fwd_fraction": self.attention_fwd_fraction,
+                "attention_bwd_fraction": self.attention_bwd_fraction, "attention_half_seq": self.attention_half_seq}
+
     def apply(self, gpu: GPUSpec) -> GPUSpec:
-        return dataclasses.replace(gpu, attention_fwd_fraction=self.attention_fwd_fraction,
-                                   attention_bwd_fraction=self.attention_bwd_fraction,
-                                   attention_half_seq=self.attention_half_seq)
+        return dataclasses.replace(gpu, **self.fields())
 
 
 def fit_attention(samples: Sequence[AttentionSample], gpu: GPUSpec) -> AttentionFit:
@@ -285,8 +292,12 @@ class MemoryFit:
     residuals: tuple[float, ...]
     rms_rel_error: float
 
+    def fields(self) -> dict[str, object]:
+        """The fitted GPUSpec field."""
+        return {"hbm_efficiency": self.hbm_efficiency}
+
     def apply(self, gpu: GPUSpec) -> GPUSpec:
-        return dataclasses.replace(gpu, hbm_efficiency=self.hbm_efficiency)
+        return dataclasses.replace(gpu, **self.fields())
 
 
 def fit_memory(samples: Sequence[MemorySample], gpu: GPUSpec) -> MemoryFit:

@@ -63,27 +63,18 @@ def fit_profile(base: ClusterSpec, samples: ProfileSamples) -> tuple[dict[str, A
     fields: dict[str, dict[str, Any]] = {"gpu": {}, "scaleup": {}, "scaleout": {}}
     reports: dict[str, Any] = {}
     gpu = base.gpu
-    if samples.gemm:
-        fit = fit_gemm_curve(samples.gemm, gpu)
+    # In order: the attention and memory fits take the fitted GEMM curve's kernel launch cost.
+    for name, measured, fit_with in (("gemm", samples.gemm, fit_gemm_curve), ("attention", samples.attention,
+                                                                            fit_attention),
+                                     ("memory", samples.memory, fit_memory)):
+        if not measured:
+            continue
+        fit = fit_with(measured, gpu)
         gpu = fit.apply(gpu)
-        fields["gpu"].update(gemm_peak_fraction={**base.gpu.gemm_peak_fraction, **fit.gemm_peak_fraction},
-                             gemm_tile_overhead_us=fit.gemm_tile_overhead_us, kernel_launch_us=fit.kernel_launch_us)
-        reports["gemm"] = {"samples": len(samples.gemm), "rms_rel_error": fit.rms_rel_error,
-                           "sets": ["gpu.gemm_peak_fraction", "gpu.gemm_tile_overhead_us", "gpu.kernel_launch_us"]}
-    if samples.attention:
-        fit = fit_attention(samples.attention, gpu)
-        gpu = fit.apply(gpu)
-        fields["gpu"].update(attention_fwd_fraction=fit.attention_fwd_fraction,
-                             attention_bwd_fraction=fit.attention_bwd_fraction,
-                             attention_half_seq=fit.attention_half_seq)
-        reports["attention"] = {"samples": len(samples.attention), "rms_rel_error": fit.rms_rel_error,
-                                "sets": ["gpu.attention_fwd_fraction", "gpu.attention_bwd_fraction",
-                                         "gpu.attention_half_seq"]}
-    if samples.memory:
-        fit = fit_memory(samples.memory, gpu)
-        fields["gpu"]["hbm_efficiency"] = fit.hbm_efficiency
-        reports["memory"] = {"samples": len(samples.memory), "rms_rel_error": fit.rms_rel_error,
-                             "sets": ["gpu.hbm_efficiency"]}
+        # gemm_peak_fraction lists the measured dtypes only: the cluster file merges it over the base's.
+        fields["gpu"].update(fit.fields())
+        reports[name] = {"samples": len(measured), "rms_rel_error": fit.rms_rel_error,
+                         "sets": [f"gpu.{key}" for key in fit.fields()]}
     if samples.collectives:
         _fit_links(base, samples, fields, reports)
     return {k: v for k, v in fields.items() if v}, reports
