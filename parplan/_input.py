@@ -1,4 +1,5 @@
-"""Reading YAML and JSON input files with errors that name the file and the line (never a traceback)."""
+"""Reading YAML and JSON input files with errors that name the file and the line (never a traceback), and
+writing the YAML files parplan produces (cluster profiles, calibrations)."""
 
 from __future__ import annotations
 
@@ -45,3 +46,9 @@ def read_yaml(path: str | Path) -> Any:
 def read_json(path: str | Path) -> Any:
     """The JSON document in the file at `path`; an unreadable file is a ConfigError too."""
     return parse_json(read_text(path), str(path))
+
+
+def write_yaml(path: str | Path, data: Any) -> None:
+    """Write `data` as YAML in parplan's layout: keys in their order, the innermost mappings and lists on one
+    line each (hundreds of measured samples stay readable)."""
+    Path(path).write_text(yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=4096))

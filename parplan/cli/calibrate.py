@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import yaml
 from rich.table import Table
 
-from parplan._input import read_yaml
+from parplan._input import read_yaml, write_yaml
 from parplan.cli._options import ClusterOpt, JsonOpt
 from parplan.cli._output import console, print_json
 from parplan.hardware import load_cluster
@@ -35,7 +34,7 @@ def calibrate_command(
         else:
             mapping = read_yaml(cluster)
         mapping["calibration"] = cal
-        out.write_text(yaml.safe_dump(mapping, sort_keys=False, default_flow_style=None, width=4096))
+        write_yaml(out, mapping)
     if json_out:
         print_json({"calibration": cal, "rms_error_before": result.rms_before, "rms_error_after": result.rms_after,
                     "runs": [{"id": r, "error_before": b, "error_after": a} for r, b, a in

@@ -26,13 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from parplan._input import read_yaml
+from parplan._input import read_yaml, write_yaml
 from parplan._mapping import dataclass_from_mapping
 from parplan.errors import ConfigError
+from parplan.hardware.efficiency import Collective
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast")
+COLLECTIVES = (*(c.value for c in Collective), "broadcast")
 """Collective names of samples: the cost model's `Collective` values, plus broadcast (nccl-tests has it)."""
 
 
@@ -182,9 +181,7 @@ def write_profile_samples(path: str | Path, profile: ProfileSamples, *,
     holding the fitted numbers), so one file is both a ``--cluster`` file and the record of its data."""
     data = dict(cluster or {})
     data["measurements"] = profile_to_dict(profile)
-    # Flow style for the innermost mappings: one line per sample keeps hundreds of rows readable.
-    text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=4096)
-    Path(path).write_text(text)
+    write_yaml(path, data)
 
 
 def read_profile_samples(path: str | Path) -> ProfileSamples:

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import parplan
 from parplan.hardware.bench import BenchmarkError, require_torch
+from parplan.hardware.efficiency import Collective
 from parplan.hardware.samples import CollectiveSample
 
-COMM_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+COMM_COLLECTIVES = tuple(c.value for c in Collective)
 """What `run_comm` measures: the cost model's `Collective` values."""
 GPU_SIZES = tuple(1 << p for p in range(10, 31))
 """1 KiB .. 1 GiB in powers of two, the nccl-tests sweep the fits expect."""
