@@ -18,7 +18,7 @@ from parplan.planner.moe import MoESection, moe_section
 from parplan.planner.strategy import DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES, Strategy
 from parplan.planner.timeline import Timeline, render, simulate
 from parplan.planner.workload import parse_expert_load
-from parplan.plots import memory_bars, plot_estimate
+from parplan.plots import memory_bars, plot_estimate, stage_label
 
 
 def _choice(value: str, options: tuple[str, ...], name: str) -> str:
@@ -185,18 +185,14 @@ def show_estimate(est: Estimate, sentence: str, moe: MoESection | None = None) -
     if moe is not None:
         console.print(moe_table(moe))
     mem = Table(title="Memory per pipeline rank, GiB", title_justify="left")
-    mem.add_column("ranks")
+    mem.add_column("pipeline ranks")
     mem.add_column("layers", justify="right")
     for name in MEMORY_COMPONENTS:
         mem.add_column(name, justify="right")
     mem.add_column("total", justify="right")
     for st in est.stages:
-        first, count = st["first_rank"], st["ranks"]
-        label = f"{first}" if count == 1 else f"{first}+{count - 1} more"
-        extra = ("emb " if st["embedding"] else "") + ("head" if st["head"] else "")
-        layers = f"{st['dense_layers'] + st['moe_layers']}" + (f" {extra.strip()}" if extra else "")
-        mem.add_row(label, layers, *(f"{st['memory_gib'][c]:.1f}" for c in MEMORY_COMPONENTS),
-                    f"{st['memory_total_gib']:.1f}")
+        mem.add_row(stage_label(st), str(st["dense_layers"] + st["moe_layers"]),
+                    *(f"{st['memory_gib'][c]:.1f}" for c in MEMORY_COMPONENTS), f"{st['memory_total_gib']:.1f}")
     console.print(mem)
     console.print(memory_bars(est, width=min(60, console.width - 40)))
     console.print(sentence, highlight=False)
