@@ -77,14 +77,12 @@ def space_from_options(*, tp=None, pp=None, cp=None, ep=None, etp=None, vpp=None
         if bad:
             raise ConfigError(f"ZeRO stages are 0-3, got {bad}", field="zero")
         fields["zero"] = z
-    if sp is not None:
-        if sp not in ("on", "off", True, False):
-            raise ConfigError("expected on or off", field="sp")
-        fields["sp"] = (sp in ("on", True),)
-    if ep_overlap is not None:
-        if ep_overlap not in ("on", "off", True, False):
-            raise ConfigError("expected on or off", field="ep_overlap")
-        fields["ep_overlap"] = (ep_overlap in ("on", True),)
+    for name, value in (("sp", sp), ("ep_overlap", ep_overlap)):
+        if value is None:
+            continue
+        if value not in ("on", "off", True, False):
+            raise ConfigError("expected on or off", field=name)
+        fields[name] = (value in ("on", True),)
     r = parse_int_spec(redundant_experts, "redundant_experts")
     if r is not None:
         fields["redundant_experts"] = r
