@@ -62,6 +62,16 @@ def is_recompute(lay: Layouts, *names: str) -> np.ndarray:
     return np.isin(lay.recompute, [RECOMPUTE.index(n) for n in names])
 
 
+def megatron_recompute_flags(recompute: str) -> list[Flag]:
+    """Megatron-LM's flags for selective (attention core) and full (every layer, one at a time) recompute;
+    Megatron-DeepSpeed kept the same names."""
+    if recompute == "selective":
+        return [("--recompute-granularity", "selective")]
+    if recompute == "full":
+        return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]
+    return []
+
+
 def no_redundant_experts(name: str) -> Support:
     """The rule every exporter shares: EPLB replicas exist in DeepSeek's own training stack and in inference
     engines, not in the frameworks parplan writes launch settings for."""

@@ -22,6 +22,7 @@ from parplan.export.common import (
     is_dispatch,
     is_recompute,
     is_schedule,
+    megatron_recompute_flags,
     no_redundant_experts,
     shell_array,
 )
@@ -117,11 +118,7 @@ def launcher_args(model: ModelSpec, s: Strategy) -> list[Flag]:
             flags.append(("--enable-expert-tensor-parallelism",))
     flags += [("--micro-batch-size", str(s.mbs)), ("--global-batch-size", str(s.gbs)),
               ("--seq-length", str(s.seq))]
-    if s.recompute == "selective":
-        flags.append(("--recompute-granularity", "selective"))
-    elif s.recompute == "full":
-        flags += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
-                  ("--recompute-num-layers", "1")]
+    flags += megatron_recompute_flags(s.recompute)
     if s.flash_attention:
         flags.append(("--use-flash-attn-v2",))
     flags.append(("--bf16",))

@@ -17,6 +17,7 @@ from parplan.export.common import (
     describe,
     is_dispatch,
     is_schedule,
+    megatron_recompute_flags,
     no_redundant_experts,
     shell_array,
 )
@@ -111,15 +112,12 @@ def _parallel(model: ModelSpec, s: Strategy) -> list[Flag]:
     if s.zero >= 1:
         # --overlap-param-gather asserts the distributed optimizer (or Megatron-FSDP) and --overlap-grad-reduce.
         flags.append(("--overlap-param-gather",))
-    if s.recompute == "selective":
-        flags.append(("--recompute-granularity", "selective"))
-    elif s.recompute == "modules":
+    if s.recompute == "modules":
         modules = ["core_attn", "layernorm"] + (["moe_act"] if model.moe else []) + (
             ["mla_up_proj"] if model.attention.mla else [])
         flags += [("--recompute-granularity", "selective"), ("--recompute-modules", *modules)]
-    elif s.recompute == "full":
-        flags += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
-                  ("--recompute-num-layers", "1")]
+    else:
+        flags += megatron_recompute_flags(s.recompute)
     if s.ep_overlap:
         flags.append(("--overlap-moe-expert-parallel-comm",))
     return flags
