@@ -21,10 +21,7 @@ from parplan.planner.memory import layer_activation_bytes, model_state_bytes
 from parplan.planner.schedule import (
     S_1F1B,
     S_DUALPIPE,
-    S_DUALPIPEV,
     S_INTERLEAVED,
-    S_ZBH1,
-    bubble_time,
     inflight_microbatches,
     virtual_stage_layers,
 )
@@ -104,24 +101,6 @@ def test_context_parallel_divides_activations():
 
 def _arr(*values):
     return [np.array([v]) for v in values]
-
-
-def _bubble(code, p, v=1, t_f=1.0, t_b=2.0, t_w=0.0):
-    return float(bubble_time(*_arr(p, v, code, t_f, t_b, t_w))[0])
-
-
-@pytest.mark.parametrize("p", [2, 4, 8, 16])
-def test_bubbles_match_formulas(p):
-    """formulas.md §5: 1F1B (p−1)(F+B); interleaved (p−1)(F+B)/v; ZB-H1 (p−1)(T_F+T_B−T_W), which is
-    (p−1)/(3m) of the ideal time when T_F = T_B = T_W; DualPipe (p/2−1)(F&B + B − 3W)."""
-    assert _bubble(S_1F1B, p) == pytest.approx((p - 1) * 3)
-    assert _bubble(S_INTERLEAVED, p, v=4) == pytest.approx((p - 1) * 3 / 4)
-    m = 32
-    assert _bubble(S_ZBH1, p, t_f=1, t_b=2, t_w=1) / (m * 3) == pytest.approx((p - 1) / (3 * m))
-    f, b, w = 1.0, 2.0, 1.0  # T_F = T_B = W: the setting of the published closed forms
-    assert _bubble(S_DUALPIPE, p, t_f=f, t_b=b, t_w=w) == pytest.approx((p / 2 - 1) * ((f + b) + b - 3 * w))
-    # DualPipeV: 2p stages of half the rank's work each.
-    assert _bubble(S_DUALPIPEV, p, t_f=f, t_b=b, t_w=w) == pytest.approx((p - 1) * ((f + b) / 2 + b / 2 - 1.5 * w))
 
 
 def test_inflight_microbatches():

@@ -65,6 +65,16 @@ def test_bubble_matches_formulas_md(schedule, p, m, v, times):
 
 
 @pytest.mark.parametrize("schedule", list(CODES))
+def test_schedule_py_bubble_is_formulas_md(schedule):
+    """The cost model's closed forms (schedule.bubble_time) against formulas.md §5 directly."""
+    cases = [c for c in CASES if c[0] == schedule]
+    pp, vpp = np.array([c[1] for c in cases]), np.array([c[3] for c in cases])
+    t_f, t_b, t_w = (np.array([c[4][i] for c in cases]) for i in range(3))
+    closed = bubble_time(pp, vpp, np.full(len(cases), CODES[schedule]), t_f, t_b, t_w)
+    np.testing.assert_allclose(closed, [_formulas_md(schedule, c[1], c[3], *c[4]) for c in cases], atol=1e-9)
+
+
+@pytest.mark.parametrize("schedule", list(CODES))
 def test_bubble_matches_schedule_py(schedule):
     cases = [c for c in CASES if c[0] == schedule]
     simulated = np.array([_run(*c).bubble for c in cases])
