@@ -21,7 +21,7 @@ from parplan.hardware.efficiency import peak_flops
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import Block, LayerKind, ModelSpec
 from parplan.planner import comm, compute, memory
-from parplan.planner.context import ACT_BYTES, RC_FULL, RC_MODULES, RC_SELECTIVE, Ctx
+from parplan.planner.context import RC_FULL, RC_MODULES, RC_SELECTIVE, Ctx
 from parplan.planner.schedule import bubble_time, inflight_microbatches, rank_patterns
 from parplan.planner.strategy import Layouts, Strategy
 from parplan.planner.workload import UNIFORM, Workload
@@ -281,15 +281,13 @@ def _rank_memory(ctx: Ctx, pat: dict[str, np.ndarray], params: _RankParams) -> m
                                      lay.schedule[:, None])
     act_d = memory.layer_activation_bytes(ctx, LayerKind.DENSE)
     act_m = memory.layer_activation_bytes(ctx, LayerKind.MOE) if model.moe_layer_count else _zeros(n)
-    act_mtp = (model.mtp_layers * (act_m if model.mtp_layer_kind is LayerKind.MOE else act_d)
-               + model.mtp_layers * 4 * ACT_BYTES * ctx.tokens_sp * model.hidden)
-    token_ids = memory.TOKEN_ID_BYTES * ctx.b * ctx.s / ctx.c
+    act_mtp = memory.mtp_activation_bytes(ctx, act_d, act_m)
+    token_ids = memory.token_id_bytes(ctx)
     activations = inflight * (pat["dense"] * act_d[:, None] + pat["moe"] * act_m[:, None]
                               + pat["head"] * act_mtp[:, None] + pat["embedding"] * token_ids[:, None])
-    zero3_buffers = np.where(lay.zero == 3, 2 * (2 * memory.WEIGHT_BYTES) * params.largest_layer, 0.0)
-    fp8_cache = np.where(ctx.fp8[:, None], memory.FP8_WEIGHT_CACHE_BYTES * params.linear, 0.0)
     logits, working = memory.transient_bytes(ctx)
-    buffers = zero3_buffers[:, None] + fp8_cache + pat["head"] * logits[:, None] + working[:, None]
+    buffers = (memory.buffer_bytes(ctx, params.largest_layer, params.linear) + pat["head"] * logits[:, None]
+               + working[:, None])
     return memory.RankMemory(weights=weights, gradients=grads, optimizer=optim, activations=activations,
                              buffers=buffers)
 

@@ -164,6 +164,27 @@ def layer_activation_bytes(ctx: Ctx, kind: LayerKind, recompute: np.ndarray | No
     return np.where(rc == RC_FULL, two * tr * h, full)
 
 
+def mtp_activation_bytes(ctx: Ctx, dense_layer: np.ndarray, moe_layer: np.ndarray) -> np.ndarray:
+    """Activations of the MTP modules on the last stage per micro-batch: each a transformer layer of the
+    model's MTP layer kind plus its two norms and concatenated 2h input (4 bf16 copies of the hidden state)."""
+    m = ctx.model
+    layer = moe_layer if m.mtp_layer_kind is LayerKind.MOE else dense_layer
+    return m.mtp_layers * (layer + 4 * ACT_BYTES * ctx.tokens_sp * m.hidden)
+
+
+def token_id_bytes(ctx: Ctx) -> np.ndarray:
+    """Token ids of one micro-batch kept on the first stage (TOKEN_ID_BYTES each)."""
+    return TOKEN_ID_BYTES * ctx.b * ctx.s / ctx.c
+
+
+def buffer_bytes(ctx: Ctx, largest_layer: np.ndarray, linear_params: np.ndarray) -> np.ndarray:
+    """(N, K) buffers held across the step: ZeRO-3 gathers one layer's bf16 weights and their gradient,
+    double-buffered for prefetch (4 × 2 B per parameter of the largest layer); fp8 training caches each
+    linear weight in fp8 (FP8_WEIGHT_CACHE_BYTES)."""
+    zero3 = np.where(ctx.lay.zero == 3, 2 * (2 * WEIGHT_BYTES) * largest_layer, 0.0)
+    return zero3[:, None] + np.where(ctx.fp8[:, None], FP8_WEIGHT_CACHE_BYTES * linear_params, 0.0)
+
+
 def transient_bytes(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
     """Short-lived peak on top of stored activations: (logits, held by the head rank only; working set of
     every rank: a fully recomputed layer's activations during its backward and the gradient of the widest
