@@ -195,6 +195,11 @@ RING_ALLREDUCE_MULTINODE = 1.4
 """tuning.cc multiplies multi-node ring Simple all-reduce latency by 1.4 on SM80+ ("plateau effect")."""
 
 
+RING_PASSES = {Collective.ALL_REDUCE: 2, Collective.ALL_GATHER: 1, Collective.REDUCE_SCATTER: 1}
+"""Passes of a ring collective around its n ranks, n − 1 steps each: a ring all-reduce is a reduce-scatter
+followed by an all-gather."""
+
+
 def _latency(cluster: ClusterSpec, kind: Collective, n: np.ndarray, g: np.ndarray, k: np.ndarray,
              nvls: np.ndarray) -> np.ndarray:
     """Seconds of latency of one collective after NCCL's own model (tuning.cc, ``reference/hardware.md``
@@ -204,14 +209,15 @@ def _latency(cluster: ClusterSpec, kind: Collective, n: np.ndarray, g: np.ndarra
     multi = k > 1
     log_k = np.log2(np.maximum(k, 1))
     if kind is Collective.ALL_REDUCE:
-        intra_ring = NCCL_BASE_US + 2 * (g - 1) * up.ring_step_us
+        passes = RING_PASSES[kind]
+        intra_ring = NCCL_BASE_US + passes * (g - 1) * up.ring_step_us
         nvls_lat = np.where(nvls, up.nvls_us or 0.0, np.inf)
-        ring = RING_ALLREDUCE_MULTINODE * (NCCL_BASE_US + 2 * (n - k) * up.ring_step_us
-                                           + 2 * (k - 1) * out.ring_step_us)
+        ring = RING_ALLREDUCE_MULTINODE * (NCCL_BASE_US + passes * (n - k) * up.ring_step_us
+                                           + passes * (k - 1) * out.ring_step_us)
         tree = NCCL_BASE_US + 2 * ((g - 1) * up.tree_step_us + log_k * out.tree_step_us)
         lat = np.where(multi, np.minimum(ring, tree), np.minimum(intra_ring, nvls_lat))
     elif kind in (Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
-        ring = NCCL_BASE_US + (n - k) * up.ring_step_us + (k - 1) * out.ring_step_us
+        ring = NCCL_BASE_US + RING_PASSES[kind] * ((n - k) * up.ring_step_us + (k - 1) * out.ring_step_us)
         pat = np.where(g == 1, NCCL_BASE_US + log_k * out.ring_step_us, np.inf)  # PAT: one rank per node
         lat = np.minimum(ring, pat)
     else:  # all-to-all and send/recv: the sends of a group proceed together, one hop deep

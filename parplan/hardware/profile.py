@@ -26,7 +26,7 @@ from typing import Any
 
 from parplan._input import read_yaml
 from parplan.errors import ConfigError
-from parplan.hardware.efficiency import NCCL_BASE_US, Collective, uses_nvls
+from parplan.hardware.efficiency import NCCL_BASE_US, RING_PASSES, Collective, uses_nvls
 from parplan.hardware.fit import fit_attention, fit_collectives, fit_gemm_curve, fit_memory
 from parplan.hardware.presets import load_cluster
 from parplan.hardware.samples import ProfileSamples, profile_from_dict, write_profile_samples
@@ -52,10 +52,6 @@ def merge_samples(old: ProfileSamples | None, new: ProfileSamples) -> ProfileSam
         return new
     return dataclasses.replace(new, **{name: getattr(old, name) + getattr(new, name)
                                        for name in ("collectives", "gemm", "attention", "memory")})
-
-
-def _ring_steps(collective: str, ranks: int) -> int:
-    return 2 * (ranks - 1) if collective == "all_reduce" else ranks - 1
 
 
 def fit_profile(base: ClusterSpec, samples: ProfileSamples) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -102,8 +98,10 @@ def _fit_links(base: ClusterSpec, samples: ProfileSamples, fields: dict[str, dic
             nvls.append(bw.busbw_gbps)
         elif inside:
             ring.append(bw.busbw_gbps)
-            if collective in ("all_reduce", "all_gather", "reduce_scatter") and ranks > 1:
-                steps.append(max(0.0, lat.alpha_us - NCCL_BASE_US) / _ring_steps(collective, ranks))
+            kind = Collective(collective)
+            if kind in RING_PASSES and ranks > 1:
+                # NCCL's intra-domain ring latency: base + passes·(n − 1) steps (efficiency._latency).
+                steps.append(max(0.0, lat.alpha_us - NCCL_BASE_US) / (RING_PASSES[kind] * (ranks - 1)))
         else:
             nic.append(bw.link_busbw_gbps)
     sets = []
