@@ -409,3 +409,13 @@ def test_torchtitan_names_what_each_release_registers(preset):
                 assert any("no config_registry entry" in n for n in launch.notes)
             else:
                 assert entry in fo.titan_registered(version, f"registry:{module}"), (version, entry)
+
+
+def test_torchtitan_says_when_the_registry_entry_changes_the_precision():
+    """torchtitan 0.3.0 / HEAD's llama3_405b entry builds Float8LinearConverter (models/llama3/config_registry.py):
+    a bf16 plan says to drop it, an fp8 plan needs nothing more."""
+    model, cluster = load_model("llama3.1-405b"), load_cluster("h100", gpus=1024)
+    for precision, said in (("bf16", True), ("fp8", False)):
+        s = Strategy(tp=8, pp=8, zero=3, gbs=1024, seq=8192, precision=precision)
+        notes = " ".join(export(model, cluster, s, "torchtitan").notes)
+        assert ("drop its converters" in notes) == said and "Float8LinearConverter" not in notes

@@ -60,7 +60,10 @@ _ENTRY = {"llama3.1-8b": "llama3_8b", "llama3.1-70b": "llama3_70b", "llama3.1-40
           "deepseek-v2-lite": "deepseek_v3_16b", "deepseek-v3": "deepseek_v3_671b", "qwen3-0.6b": "qwen3_0_6b",
           "qwen3-32b": "qwen3_32b", "qwen3-30b-a3b": "qwen3_30b_a3b"}
 _FLOAT8_ENTRY = {"deepseek_v3_671b": "deepseek_v3_671b_float8"}
-"""Registry entries that also quantise the linears and grouped experts to float8."""
+"""The fp8 variant of a registry entry (it also quantises the grouped experts to float8)."""
+_FLOAT8_ENTRIES = frozenset({"llama3_405b", "deepseek_v3_671b_float8"})
+"""Entries whose model_registry call has float8 converters (models/*/config_registry.py of 0.3.0 and HEAD:
+llama3_405b converts its linears whatever the precision asked)."""
 
 
 def _ep_base(tp: np.ndarray | int, etp: np.ndarray | int, cp: np.ndarray | int) -> np.ndarray | int:
@@ -285,9 +288,11 @@ def _registry_notes(model: ModelSpec, s: Strategy, targets: list[Target]) -> lis
     entry = _entry(model, s)
     registry = ["activation checkpointing (" + {"none": "no activation_checkpoint", "selective": "SelectiveAC",
                                                  "full": "FullAC"}[s.recompute] + ")"]
-    if s.precision == "fp8" and entry not in _FLOAT8_ENTRY.values():
+    if s.precision == "fp8" and entry not in _FLOAT8_ENTRIES:
         registry.append("float8 (Float8LinearConverter" + (" and Float8GroupedExpertsConverter" if model.moe
                                                             else "") + " in model_registry's converters)")
+    if s.precision == "bf16" and entry in _FLOAT8_ENTRIES:
+        registry.append(f"bf16 linears (the {entry} entry converts them to float8: drop its converters)")
     if model.moe and s.dispatch == "deepep":
         registry.append("DeepEP (model_registry(..., moe_comm_backend=\"deepep\"))")
     if s.pp > 1:
