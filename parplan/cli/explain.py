@@ -15,7 +15,7 @@ from parplan.models import load_model
 from parplan.planner.estimate import MEMORY_COMPONENTS, TIME_COMPONENTS, Estimate, evaluate
 from parplan.planner.explain import bottleneck
 from parplan.planner.moe import MoESection, moe_section
-from parplan.planner.strategy import DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES, Strategy
+from parplan.planner.strategy import DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES, Strategy, p2p_overlap_acts
 from parplan.planner.timeline import Timeline, render, simulate
 from parplan.planner.workload import parse_expert_load
 from parplan.plots import memory_bars, plot_estimate, stage_label
@@ -34,11 +34,13 @@ _ALWAYS = ("tp", "pp", "zero", "sp", "recompute", "mbs", "gbs", "seq", "schedule
 def explain_args(s: Strategy) -> list[str]:
     """The `parplan explain` options that reproduce layout `s`: one option per Strategy field, so a field
     added to Strategy (and to explain) cannot be left out of the commands plan prints."""
-    default = Strategy()
     args: list[str] = []
     for field in dataclasses.fields(Strategy):
         value = getattr(s, field.name)
-        if field.name not in _ALWAYS and value == getattr(default, field.name):
+        # What explain derives for this layout without the option (a default's normal form can depend on the
+        # other fields: p2p_overlap on the schedule, sp on tp).
+        implied = getattr(dataclasses.replace(s, **{field.name: field.default}), field.name)
+        if field.name not in _ALWAYS and value == implied:
             continue
         option = "--" + field.name.replace("_", "-")
         if field.name == "flash_attention":
@@ -114,7 +116,7 @@ def explain(
     if pp_scatter_gather and not strategy.pp_scatter_gather:
         raise typer.BadParameter("acts only on a pipeline (pp > 1) with tp > 1 and --no-sp (SP already shards "
                                  "the stage tensor)", param_hint="--pp-scatter-gather")
-    if not p2p_overlap and strategy.p2p_overlap:
+    if not p2p_overlap and not p2p_overlap_acts(strategy.pp, SCHEDULES.index(strategy.schedule)):
         raise typer.BadParameter("acts only on the interleaved schedule with pp > 1 (1F1B and ZB wait for their "
                                  "transfers, DualPipe always overlaps them)", param_hint="--no-p2p-overlap")
     est = evaluate(model_spec, cluster_spec, strategy, workload=workload)

@@ -59,7 +59,9 @@ def show_launch(launch: Launch, out: Path | None, json_out: bool) -> None:
 
 def export_command(
     plan_file: Annotated[Path, typer.Argument(help="JSON written by `plan --json` or `explain --json`.")],
-    framework: Annotated[str, typer.Option("--format", "-f", help=f"One of {', '.join(FRAMEWORKS)}.")],
+    framework: Annotated[str, typer.Option(
+        "--format", "-f", help=f"One of {', '.join(FRAMEWORKS)} (every version parplan writes for), or one "
+                               f"version, e.g. torchtitan@0.2.2.")],
     index: Annotated[int, typer.Option(min=0, help="Which plan of a `plan --json` file (0 = best).")] = 0,
     out: Annotated[Path | None, typer.Option(help="Directory to write the files to.")] = None,
     json_out: JsonOpt = False,

@@ -124,7 +124,8 @@ def plan_command(
     days: Annotated[float | None, typer.Option(help="Deadline in days: smallest GPU count meeting it.")] = None,
     top: Annotated[int, typer.Option(min=1, help="Rows to show.")] = 5,
     framework: Annotated[str | None, typer.Option(
-        help="Only layouts this framework can run: megatron, deepspeed or torchtitan.")] = None,
+        help="Only layouts this framework can run: megatron, deepspeed or torchtitan (every version parplan "
+             "exports for), or one version, e.g. torchtitan@0.2.2.")] = None,
     emit: Annotated[str | None, typer.Option(
         help="Also write the winner's launch settings for megatron, deepspeed or torchtitan.")] = None,
     json_out: JsonOpt = False,
@@ -146,17 +147,18 @@ def plan_command(
     if space.precision == ("fp8",) and not base.gpu.supports_fp8:
         # Asked for fp8 only: say why instead of "no layout fits" (in a list, the fp8_supported rule drops it).
         raise ConfigError(f"{base.gpu.name} has no fp8 tensor cores; use --precision bf16", field="precision")
-    layout_filter = None
     if framework is not None:
-        layout_filter = framework_filter(framework, model_spec)
         # DeepSpeed's pipeline engine partitions stage tensors over TP (PartitionedTensor): cost it so.
-        space = dataclasses.replace(space, pp_scatter_gather=framework == "deepspeed")
+        space = dataclasses.replace(space, pp_scatter_gather=framework.partition("@")[0] == "deepspeed")
 
     update, close = _progress_callback()
     results: list[tuple[int, PlanResult]] = []
     failure: NoFeasiblePlanError | None = None
     try:
         for n in counts:
+            # The framework's rules read the GPU count (a pipeline schedule's micro-batches); an unknown
+            # framework name fails here, before the first search.
+            layout_filter = None if framework is None else framework_filter(framework, model_spec, n)
             try:
                 result = plan_or_raise(model_spec, base.with_gpus(n), gbs=gbs, seq=seq, space=space,
                                        objective=objective, top=top, within=within, progress=update,

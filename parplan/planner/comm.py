@@ -32,7 +32,7 @@ from parplan.hardware.efficiency import Collective, collective_time, link_bytes,
 from parplan.models.spec import LayerKind
 from parplan.planner import experts
 from parplan.planner.context import ACT_BYTES, Ctx
-from parplan.planner.schedule import S_1F1B, S_DUALPIPE, S_DUALPIPEV, S_ZBH1
+from parplan.planner.schedule import S_DUALPIPE, S_DUALPIPEV, S_ZBH1
 from parplan.planner.strategy import DISPATCHERS
 
 GRAD_BYTES = 4
@@ -258,13 +258,13 @@ def pp_microbatch(ctx: Ctx) -> Comm:
     """Point-to-point traffic of one rank per micro-batch: a send forward and a send backward per model
     chunk it holds (an interleaved micro-batch crosses v·p − 1 boundaries instead of p − 1, formulas.md
     §4.2). 1F1B and ZB wait for their transfers; the interleaved and DualPipe schedules overlap them with
-    compute but still pay each transfer's latency, unless the layout turns the overlap off (p2p_overlap)."""
+    compute but still pay each transfer's latency, unless the layout turns the overlap off (p2p_overlap, which
+    Strategy and the search set off for 1F1B and ZB)."""
     one = _p2p_one(ctx)
     latency = collective_time(ctx.cluster, Collective.SEND_RECV, 0.0, 2, np.where(ctx.pp_same_domain, 2.0, 1.0))
     chunks = _chunks(ctx)
     total = np.where(ctx.p > 1, 2 * one * chunks, 0.0)
-    waits = (ctx.lay.schedule == S_1F1B) | (ctx.lay.schedule == S_ZBH1) | ~ctx.lay.p2p_overlap
-    exposed = np.where(ctx.p > 1, np.where(waits, 2 * one * chunks, 2 * chunks * latency), 0.0)
+    exposed = np.where(ctx.p > 1, np.where(ctx.lay.p2p_overlap, 2 * chunks * latency, 2 * one * chunks), 0.0)
     return Comm(total, exposed)
 
 

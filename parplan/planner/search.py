@@ -31,6 +31,7 @@ from parplan.planner.strategy import (
     RULES,
     SCHEDULES,
     Layouts,
+    p2p_overlap_default,
     scatter_gather_acts,
     valid_mask,
 )
@@ -168,7 +169,7 @@ def _expand(cell: dict, gbs: int, seq: int, space: SearchSpace) -> dict[str, np.
         "sp": sp_ovl[pair, 0], "recompute": rc, "schedule": codes[s_idx], "precision": prec,
         "flash_attention": full(True, bool), "tp_overlap": sp_ovl[pair, 1], "dispatch": full(0, np.int8),
         "redundant_experts": redundant, "ep_overlap": full(False, bool),
-        "p2p_overlap": full(True, bool),
+        "p2p_overlap": p2p_overlap_default(cell["pp"], codes[s_idx]),
         "pp_scatter_gather": space.pp_scatter_gather & scatter_gather_acts(cell["tp"], cell["pp"], sp_ovl[pair, 0]),
     }
 

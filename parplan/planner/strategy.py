@@ -37,6 +37,24 @@ def scatter_gather_acts(tp: np.ndarray | int, pp: np.ndarray | int, sp: np.ndarr
     return (np.asarray(tp) > 1) & (np.asarray(pp) > 1) & ~np.asarray(sp, dtype=bool)
 
 
+def p2p_overlap_acts(pp: np.ndarray | int, schedule: np.ndarray | int) -> np.ndarray:
+    """Where overlapping stage-to-stage transfers with compute is a choice: the interleaved schedule (a code
+    into SCHEDULES) with pp > 1 (--no-overlap-p2p-communication turns Megatron-Core's overlap off)."""
+    return (np.asarray(pp) > 1) & (np.asarray(schedule) == SCHEDULES.index("interleaved"))
+
+
+def p2p_overlap_default(pp: np.ndarray | int, schedule: np.ndarray | int) -> np.ndarray:
+    """Whether a schedule overlaps its transfers: the interleaved one by default (`p2p_overlap_acts`),
+    DualPipe(V) always (it is built around it); 1F1B and ZB-H1 wait for each transfer (Megatron's
+    validate_args sets overlap_p2p_comm False without virtual stages, megatron/training/arguments.py) and
+    pp = 1 has none. Strategy normalises the flag with it where it is no choice, the search sets it, and the
+    cost model reads the flag alone."""
+    schedule = np.asarray(schedule)
+    overlapping = ((schedule == SCHEDULES.index("interleaved")) | (schedule == SCHEDULES.index("dualpipe"))
+                   | (schedule == SCHEDULES.index("dualpipev")))
+    return (np.asarray(pp) > 1) & overlapping
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Strategy:
     """One parallel layout and batch setting of a training run."""
@@ -88,10 +106,10 @@ class Strategy:
     --overlap-moe-expert-parallel-comm: interleaved schedule or pp = 1). DualPipe(V) always does this and
     leaves the flag off."""
     p2p_overlap: bool = True
-    """The interleaved schedule overlaps its stage-to-stage transfers with compute (Megatron-Core's default;
-    --no-overlap-p2p-communication turns it off). Off: each transfer waits, as in Megatron-LM before 2023,
-    which had no such overlap. Only the interleaved schedule reads it (1F1B and ZB wait anyway, DualPipe(V)
-    always overlaps), so it is normalised on for the others."""
+    """Stage-to-stage transfers overlap compute. A choice only for the interleaved schedule with pp > 1
+    (Megatron-Core's default; --no-overlap-p2p-communication turns it off, and Megatron-LM before 2023 had
+    no such overlap); normalised to what the schedule does elsewhere: off for 1F1B, ZB-H1 and pp = 1 (they
+    wait for each transfer), on for DualPipe(V)."""
     pp_scatter_gather: bool = False
     """Scatter-gather of stage-boundary tensors without SP: each TP rank sends 1/tp of the tensor and the
     receiving ranks all-gather it over NVLink. Megatron-LM did this before Megatron-Core (Narayanan 2021 §4.1,
@@ -107,9 +125,9 @@ class Strategy:
             # normalise so equal layouts compare equal.
             object.__setattr__(self, "sp", False)
             object.__setattr__(self, "tp_overlap", False)
-        if self.pp == 1 or self.schedule != "interleaved":
-            # 1F1B and ZB wait for their transfers anyway; DualPipe(V) is built around overlapping them.
-            object.__setattr__(self, "p2p_overlap", True)
+        schedule = SCHEDULES.index(self.schedule)
+        if not p2p_overlap_acts(self.pp, schedule):
+            object.__setattr__(self, "p2p_overlap", bool(p2p_overlap_default(self.pp, schedule)))
         if not scatter_gather_acts(self.tp, self.pp, self.sp):
             object.__setattr__(self, "pp_scatter_gather", False)
 
@@ -131,7 +149,8 @@ class Strategy:
         flags = (("unfused-attention", not self.flash_attention), ("tp-overlap", self.tp_overlap),
                  (self.dispatch, self.dispatch != "alltoall"),
                  (f"redundant-experts={self.redundant_experts}", self.redundant_experts > 0),
-                 ("ep-overlap", self.ep_overlap), ("no-p2p-overlap", not self.p2p_overlap),
+                 ("ep-overlap", self.ep_overlap),
+                 ("no-p2p-overlap", self.p2p_overlap != p2p_overlap_default(self.pp, SCHEDULES.index(self.schedule))),
                  ("pp-scatter-gather", self.pp_scatter_gather))
         return " ".join(parts + [text for text, on in flags if on])
 
