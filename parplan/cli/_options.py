@@ -6,8 +6,7 @@ from typing import Annotated
 
 import typer
 
-from parplan.planner.api import parse_doubling_spec
-from parplan.planner.strategy import PRECISIONS
+from parplan.names import PRECISIONS
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Preset name, HF config.json or parplan YAML file.")]
@@ -25,6 +24,8 @@ MemoryFractionOpt = Annotated[float, typer.Option(min=0.1, max=1.0, help="Use at
 def parse_gpu_counts(text: str) -> list[int]:
     """The GPU counts of a --gpus value ('256..4096' powers of two, '8,16,64' or '512'); a malformed or empty
     one is a usage error."""
+    from parplan.planner.api import parse_doubling_spec
+
     try:
         counts = parse_doubling_spec(text)
     except ValueError:

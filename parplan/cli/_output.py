@@ -7,7 +7,6 @@ import math
 import sys
 from typing import Any
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -20,7 +19,8 @@ def _plain(value: Any) -> Any:
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
+    numpy = sys.modules.get("numpy")  # no numpy scalar exists unless numpy is loaded; --help never loads it
+    if numpy is not None and isinstance(value, numpy.generic):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None

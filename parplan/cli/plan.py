@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from parplan.cli._options import (
@@ -24,20 +23,21 @@ from parplan.cli._options import (
 from parplan.cli._output import console, err_console, print_json, print_text
 from parplan.cli.explain import explain_args
 from parplan.errors import ConfigError, NoFeasiblePlanError
-from parplan.export import Launch, export, framework_filter
-from parplan.hardware import load_cluster
-from parplan.models import load_model
-from parplan.planner.api import space_from_options, why_better
-from parplan.planner.estimate import Estimate
-from parplan.planner.search import OBJECTIVES, PlanResult, plan_or_raise
-from parplan.planner.strategy import DISPATCHERS, RECOMPUTE, SCHEDULES, Strategy
-from parplan.planner.workload import parse_expert_load
+from parplan.names import DISPATCHERS, RECOMPUTE, SCHEDULES
+
+if TYPE_CHECKING:
+    from parplan.export import Launch
+    from parplan.planner.estimate import Estimate
+    from parplan.planner.search import PlanResult
+    from parplan.planner.strategy import Strategy
 
 IntSpec = Annotated[str | None, typer.Option(help="A value, a list (1,2,4) or a range (1..16).")]
 
 
 def _progress_callback():
     """A spinner on stderr that appears only when the search runs longer than a second."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     state: dict[str, object] = {"start": time.perf_counter(), "bar": None}
 
     def update(done: int) -> None:
@@ -130,6 +130,13 @@ def plan_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Search every valid layout, drop those that do not fit, and recommend the best."""
+    from parplan.export import export, framework_filter
+    from parplan.hardware.presets import load_cluster
+    from parplan.models.presets import load_model
+    from parplan.planner.api import space_from_options
+    from parplan.planner.search import OBJECTIVES, plan_or_raise
+    from parplan.planner.workload import parse_expert_load
+
     if objective not in OBJECTIVES:
         raise typer.BadParameter(f"must be one of {', '.join(OBJECTIVES)}", param_hint="--objective")
     if days is not None and tokens is None:
@@ -188,6 +195,8 @@ def plan_command(
 
 def _show_single(result: PlanResult, model: str, cluster: str, tokens: float | None, json_out: bool,
                  sources: dict[str, str], launch: Launch | None, expert_load: str | None, moe: bool) -> None:
+    from parplan.planner.api import why_better
+
     best = result.plans[0]
     if json_out:
         doc = _plan_doc(result, sources)

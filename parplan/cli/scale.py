@@ -20,12 +20,6 @@ from parplan.cli._options import (
 )
 from parplan.cli._output import console, print_json
 from parplan.errors import NoFeasiblePlanError
-from parplan.hardware import load_cluster
-from parplan.models import load_model
-from parplan.planner.api import space_from_options
-from parplan.planner.scaling import scale, thresholds
-from parplan.planner.workload import parse_expert_load
-from parplan.plots import plot_scaling
 
 
 def _short(sentence: str) -> str:
@@ -47,6 +41,13 @@ def scale_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Best layout at each GPU count; speedup and efficiency relative to the smallest count that fits."""
+    from parplan.hardware.presets import load_cluster
+    from parplan.models.presets import load_model
+    from parplan.planner.api import space_from_options
+    from parplan.planner.scaling import scale, thresholds
+    from parplan.planner.workload import parse_expert_load
+    from parplan.plots import plot_scaling
+
     counts = parse_gpu_counts(gpus)
     space = space_from_options(precision=precision, max_memory_fraction=max_memory_fraction)
     model_spec, base = load_model(model), load_cluster(cluster)

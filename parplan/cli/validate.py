@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from parplan.cli._options import JsonOpt
 from parplan.cli._output import console, print_json
-from parplan.planner.validate import RankResult, load_runs, rank_runs, summarize, validate_runs
+
+if TYPE_CHECKING:
+    from parplan.planner.validate import RankResult
 
 
 def _pct(value: float | None) -> str:
@@ -25,6 +27,8 @@ def validate(
     json_out: JsonOpt = False,
 ) -> None:
     """Evaluate every run in a data file of measured training runs and report the errors."""
+    from parplan.planner.validate import load_runs, rank_runs, summarize, validate_runs
+
     runs = load_runs(data)
     if tier:
         runs = [r for r in runs if r.tier == tier]

@@ -10,31 +10,29 @@ each written once over `Layouts`: `framework_mask` filters a batch for the plann
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
 
 from parplan.errors import ConfigError, InvalidStrategyError
-from parplan.export import deepspeed, megatron, torchtitan
 from parplan.export.common import Launch, first_unsupported, supported_mask
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
+from parplan.names import FRAMEWORKS
 from parplan.planner.strategy import Layouts, Strategy
-
-FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
-_MODULES: dict[str, ModuleType] = {"megatron": megatron, "deepspeed": deepspeed, "torchtitan": torchtitan}
 
 __all__ = ["FRAMEWORKS", "Launch", "export", "framework_filter", "framework_mask", "unsupported_reason"]
 
 
 def _module(framework: str) -> ModuleType:
-    if framework not in _MODULES:
+    if framework not in FRAMEWORKS:
         close = difflib.get_close_matches(framework, FRAMEWORKS, n=1, cutoff=0.4)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ConfigError(f"unknown framework '{framework}'{hint} Known frameworks: {', '.join(FRAMEWORKS)}",
                           field="framework")
-    return _MODULES[framework]
+    return importlib.import_module(f"parplan.export.{framework}")
 
 
 def unsupported_reason(framework: str, strategy: Strategy, *, model: ModelSpec | None = None) -> str | None:

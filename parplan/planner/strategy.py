@@ -20,14 +20,9 @@ import numpy as np
 from parplan.errors import InvalidStrategyError
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
+from parplan.names import DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES
 
-RECOMPUTE = ("none", "selective", "modules", "full")
-SCHEDULES = ("1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev")
-PRECISIONS = ("bf16", "fp8")
-DISPATCHERS = ("alltoall", "deepep", "deepep-fp8")
-"""How MoE tokens travel: alltoall sends every routed copy (Megatron's alltoall dispatcher); deepep sends
-one copy per destination node and forwards it over NVLink there (DeepEP, Megatron's flex dispatcher);
-deepep-fp8 also dispatches in fp8 (combine stays bf16), as DeepSeek-V3 trained."""
+__all__ = ["DISPATCHERS", "PRECISIONS", "RECOMPUTE", "SCHEDULES", "Layouts", "Rule", "Strategy", "valid_mask"]
 
 
 def scatter_gather_acts(tp: np.ndarray | int, pp: np.ndarray | int, sp: np.ndarray | bool) -> np.ndarray:
