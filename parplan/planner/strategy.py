@@ -224,8 +224,8 @@ class Rule:
     ok: Callable[[Layouts, ModelSpec, ClusterSpec], np.ndarray]
     message: Callable[[Strategy, ModelSpec, ClusterSpec], str]
     time_only: bool = False
-    """Reads a field that changes the step time but not memory (dispatch, ep_overlap): the search checks it
-    when it expands those fields after the memory check."""
+    """Reads a field that changes the step time but not memory (tp_overlap, dispatch, ep_overlap): the search
+    checks it when it expands those fields after the memory check."""
 
 
 def _experts(m: ModelSpec) -> int:
@@ -275,7 +275,8 @@ RULES: tuple[Rule, ...] = (
          lambda s, m, c: f"with sequence parallelism tp={s.tp} must divide the {s.seq // s.cp} tokens per "
                          f"context-parallel rank"),
     Rule("tp_overlap_needs_sp", lambda lay, m, c: ~lay.tp_overlap | lay.sp,
-         lambda s, m, c: "tp_overlap needs sequence parallelism (Megatron --tp-comm-overlap asserts it)"),
+         lambda s, m, c: "tp_overlap needs sequence parallelism (Megatron --tp-comm-overlap asserts it)",
+         time_only=True),
     Rule("pp_layers", lambda lay, m, c: lay.pp * lay.vpp <= m.layers,
          lambda s, m, c: f"pp·vpp = {s.pp * s.vpp} virtual stages exceed the {m.layers} layers"),
     Rule("schedule_needs_pp", lambda lay, m, c: _sched(lay, "1f1b") | (lay.pp > 1),
