@@ -28,7 +28,7 @@ from parplan.planner.estimate import (
     step_time_bound,
     time_options_bound,
 )
-from parplan.planner.schedule import S_1F1B, S_DUALPIPE, bubble_time
+from parplan.planner.schedule import S_1F1B, S_DUALPIPE, bubble_time, rank_patterns
 from parplan.planner.search import SearchSpace, plan
 from parplan.planner.strategy import Layouts, Strategy
 from parplan.planner.workload import parse_expert_load
@@ -56,13 +56,14 @@ def _case(name):
 
 
 def _blocks(model, cluster, gbs, seq, space, workload, layout_filter):
-    """Every block of a space with its count, both bounds, and the step time of each of its layouts."""
+    """Every block of a space with its count, its three bounds (the survey's floor, the pipeline of compute
+    alone, the pipeline with communication), and the step time of each of its layouts."""
     search._STATE.update(model=model, cluster=cluster, space=space, gbs=gbs, seq=seq, workload=workload,
                          filter=layout_filter, cells=list(search._grid(model, cluster, gbs, seq, space)),
                          bound=True)
     cells = search._STATE["cells"]
     survey = search._survey(list(range(len(cells))))
-    tight = search._tighten(survey.cell, survey.flat)
+    bounds = (survey.bound, search._refine(survey.cell, survey.flat), search._tighten(survey.cell, survey.flat))
     lay, owner = search._expand(cells, survey.cell, survey.flat, gbs, seq, space)
     rows = search._valid(lay, model, cluster)
     lay, owner = lay.take(rows), owner[rows]
@@ -72,7 +73,7 @@ def _blocks(model, cluster, gbs, seq, space, workload, layout_filter):
         rows = np.flatnonzero(layout_filter(lay))
         lay, owner = lay.take(rows), owner[rows]
     step = evaluate_layouts(model, cluster, lay, breakdown=False, workload=workload).step_time_s
-    return survey, tight, lay, owner, step
+    return survey, bounds, lay, owner, step
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
@@ -82,16 +83,16 @@ def blocks(request):
 
 
 def test_every_bound_is_below_every_step_time_it_covers(blocks):
-    """The skip criterion itself: no block's bound (the survey's, and the tighter one with communication)
-    exceeds the step time of any layout in the block."""
-    _, survey, tight, _, owner, step = blocks
+    """The skip criterion itself: no block's bound (the survey's floor, the pipeline of compute alone, the
+    pipeline with communication) exceeds the step time of any layout in the block."""
+    _, survey, bounds, _, owner, step = blocks
     least = np.full(len(survey.count), np.inf)
     np.minimum.at(least, owner, step)
-    assert (survey.bound <= least * (1 + 1e-12)).all()
-    assert (tight <= least * (1 + 1e-12)).all()
-    # Bounds that prove nothing would make the property empty: the tighter one is within 10% of the block's
-    # fastest layout somewhere, and tighter than the survey's on average.
-    assert (tight >= 0.9 * least).any() and np.mean(tight) > np.mean(survey.bound)
+    for bound in bounds:
+        assert (bound <= least * (1 + 1e-12)).all()
+    # Bounds that prove nothing would make the property empty: each is tighter than the one before on
+    # average, and the last is within 10% of the block's fastest layout somewhere.
+    assert np.mean(bounds[0]) < np.mean(bounds[1]) < np.mean(bounds[2]) and (bounds[2] >= 0.9 * least).any()
 
 
 def test_counts_without_building_equal_the_layouts_built(blocks):
@@ -184,6 +185,33 @@ def test_bubble_never_falls_as_forward_or_backward_grows(p, v, schedule, t, grow
     less_w = bubble_time(*args, np.array([t_f]), np.array([t_b]), np.array([max(0.0, t_w - grow[2])]))[0]
     assert up >= base - 1e-12 * max(1.0, base)
     assert less_w >= base - 1e-12 * max(1.0, base)
+
+
+def test_every_schedule_passes_each_unit_once_per_microbatch():
+    """What compute_floor relies on: summed over a pipeline's ranks, each rank's units times its work share
+    are the model's (estimate.model_units), for every schedule and depth."""
+    for name in ("llama3.1-8b", "deepseek-v3", "gpt-oss-120b"):
+        model = load_model(name)
+        want = estimate.model_units(model)
+        for pp in (1, 2, 3, 4, 8):
+            for schedule, vpps in ((0, [1]), (1, [2, 3]), (2, [1]), (3, [1]), (4, [2])):
+                if (schedule and pp == 1) or (schedule == 3 and pp % 2) or pp * max(vpps) > model.layers:
+                    continue
+                for vpp in vpps:
+                    pats = rank_patterns(model, pp, vpp, schedule)
+                    got = {u: sum(pt.count * pt.work * getattr(pt, u) for pt in pats) for u in want}
+                    assert got == pytest.approx(want), (name, pp, vpp, schedule)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(p=st.integers(1, 64), v=st.integers(1, 8), schedule=st.integers(0, 4),
+       t=st.lists(st.floats(0.0, 10.0), min_size=3, max_size=3))
+def test_bubble_is_never_negative(p, v, schedule, t):
+    """compute_floor leaves the bubble out: it must be >= 0 for every pipeline the rules allow."""
+    assume(schedule == S_1F1B or (p > 1 and (schedule != S_DUALPIPE or p % 2 == 0)))
+    t_f, t_b, t_w = t
+    assert bubble_time(np.array([p]), np.array([v]), np.array([schedule]), np.array([t_f]), np.array([t_b]),
+                       np.array([min(t_w, t_b)]))[0] >= 0
 
 
 def test_time_options_bound_of_a_layout_without_options_proves_nothing():

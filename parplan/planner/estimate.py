@@ -456,6 +456,24 @@ def step_time_bound(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, worklo
     return pipeline_seconds(model, cluster, lay, workload, compute_only=True)
 
 
+def model_units(model: ModelSpec) -> dict[str, int]:
+    """How many of each unit (_UNITS) one micro-batch passes through in the whole pipeline: every layer, the
+    head and the embedding once. Summed over a pipeline's ranks, each rank's units times its work share are
+    these, whatever the schedule (tested over schedule.rank_patterns)."""
+    return {"dense": model.layers - model.moe_layer_count, "moe": model.moe_layer_count, "head": 1, "embedding": 1}
+
+
+def compute_floor(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM) -> np.ndarray:
+    """A lower bound on `step_time_bound` itself, so on every step time that covers, that needs no pipeline
+    shape and therefore holds across schedules too: m times one micro-batch's compute over the whole model
+    (model_units) spread evenly over the p ranks, i.e. the mean rank, which the slowest is not below; no
+    bubble (bubble_time and the fill-and-drain transfers are >= 0 for every valid pipeline, tested)."""
+    units, inverse = _units(model, cluster, lay, workload, compute_only=True)
+    counts = model_units(model)
+    total = sum(counts[u] * (w.compute_f + w.compute_b) for u, w in units.items())
+    return lay.microbatches(cluster.gpus) * total[inverse] / lay.pp
+
+
 def time_options_bound(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, options: Layouts, owner: np.ndarray,
                        workload: Workload = UNIFORM) -> np.ndarray:
     """A tighter lower bound than `step_time_bound`, communication included: for each layout lay[i], one on the

@@ -37,6 +37,7 @@ from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
 from parplan.planner.estimate import (
     Estimate,
+    compute_floor,
     evaluate_layouts,
     peak_memory_gib,
     required_memory_gib,
@@ -61,16 +62,22 @@ OBJECTIVES = ("throughput", "memory", "cost")
 CHUNK = 1 << 17
 """Layouts per costed batch: bounds peak memory (about 1 KiB of arrays per layout in flight)."""
 FIRST_TASK_BLOCKS = 64
-TASK_BLOCKS = 4096
-"""Blocks per costing task: the first task is small, so that a limit exists early; they double up to this."""
+TASK_BLOCKS = 1 << 14
+"""Blocks per costing task: the first task is small, so that a limit exists early; they grow fourfold up to
+this (each task bounds its blocks in a few calls, whose fixed costs larger tasks amortise)."""
 SLACK = 1e-9
 """Relative margin on every skip: a block is proved no better only when its bound exceeds the threshold by
 more than float rounding could account for."""
-PARALLEL_MIN = 1 << 16
-"""Below this many candidate layouts (before the rules), the search runs in-process: forking costs more."""
+PARALLEL_MIN = 1 << 25
+"""Below this many candidate layouts (before the rules), the search runs in-process: forking workers, and each
+evaluating its own share of the compute, costs more than it saves (llama3.1-405b on 16,384 GPUs, 2.6 M
+candidates, is faster in-process on 2 cores; DeepSeek-V3 on 2,048, 860 M, is not)."""
 MAX_GPUS = 1 << 20
 """Clusters beyond this are refused up front: ten times the largest GPU clusters built by 2025 (about 100,000
 GPUs), and past what the grid enumeration is sized for."""
+MAX_BLOCKS = 1 << 25
+"""Searches over more blocks than this (seven times DeepSeek-V3's full space on 2,048 GPUs) are refused up
+front: counting and bounding every block takes about a microsecond each on one core."""
 MAX_LAYERS = 1024
 """Models deeper than this are refused by the search: eight times the deepest published LLM (Llama 3.1 405B,
 126 layers); the interleaved schedule alone would offer ~layers·ln(layers) virtual-stage settings."""
@@ -258,22 +265,20 @@ def _count_valid(factors: list[np.ndarray], shape: tuple[int, ...], keep: int) -
             if not f:
                 return np.zeros(shape[:keep], dtype=np.int64)
             continue
-        fs.append(f.astype(np.int64))
+        fs.append(f)
     free = 1  # combinations of the axes no factor reads
-    inner = list(range(keep, len(shape)))
-    while inner:
-        # Eliminate first the axis whose factors span the fewest combinations.
-        spans = [math.prod(max(dims) for dims in zip(*touching, strict=True)) if touching else 0
-                 for touching in ([f.shape for f in fs if f.shape[a] > 1] for a in inner)]
-        axis = inner.pop(int(np.argmin(spans)))
+    # The last axes first: the time-only ones, read by few rules (and those mostly over few other axes).
+    for axis in range(len(shape) - 1, keep - 1, -1):
         touching = [f for f in fs if f.shape[axis] > 1]
         if not touching:
             free *= shape[axis]
             continue
+        # Boolean factors combine with AND; once an axis is summed out, they are counts (int32: a block
+        # holds at most the product of its inner axes, a few hundred layouts).
         product = touching[0]
         for f in touching[1:]:
-            product = product * f
-        fs = [f for f in fs if f.shape[axis] == 1] + [product.sum(axis=axis, keepdims=True)]
+            product = product & f if product.dtype == f.dtype == bool else product * f
+        fs = [f for f in fs if f.shape[axis] == 1] + [product.sum(axis=axis, keepdims=True, dtype=np.int32)]
     counts = np.full((1,) * len(shape), free, dtype=np.int64)
     for f in fs:
         counts = counts * f
@@ -433,7 +438,8 @@ class _Partial:
     blocks: np.ndarray
     """Positions (in the search's bound order) of the blocks reached."""
     tight: np.ndarray
-    """Per block reached: its bound with communication (_tighten)."""
+    """Per block reached: its best bound beyond the survey's floor (_refine, then _tighten where that was
+    within the limit)."""
     costed: np.ndarray
     """Per costed block: layouts costed (its valid layouts)."""
     feasible: np.ndarray
@@ -458,22 +464,45 @@ def _representatives(fields: dict[str, np.ndarray]) -> Layouts:
 
 
 def _survey(cell_ids: list[int]) -> _Survey:
-    """Count every block of the given cells and bound the step time of those with a valid layout (in one
-    call, so that blocks sharing their compute share its evaluation)."""
+    """Count every block of the given cells and bound the step time of those with a valid layout by
+    estimate.compute_floor, which does not read the schedule: it is computed once per block with the schedule
+    axis left out, in one call for all the cells (blocks sharing their compute share its evaluation)."""
     st = _STATE
     model, cluster, space, cells = st["model"], st["cluster"], st["space"], st["cells"]
     gbs, seq = st["gbs"], st["seq"]
-    owner, flats, counts, fields = [], [], [], []
+    owner, flats, counts, rep_of, reps = [], [], [], [], []
+    s_axis = _AXES.index("schedule")
+    start = 0
     for c in cell_ids:
-        n = _cell_counts(cells[c], model, cluster, gbs, seq, space, st["filter"]).ravel()
+        cell = cells[c]
+        n = _cell_counts(cell, model, cluster, gbs, seq, space, st["filter"]).ravel()
         flat = np.flatnonzero(n)
         owner.append(np.full(len(flat), c, dtype=np.int64))
         flats.append(flat)
         counts.append(n[flat])
-        fields.append(_block_fields(cells[c], flat, gbs, seq, space))
-    lay = _representatives({name: np.concatenate([f[name] for f in fields]) for name in fields[0]})
-    bound = step_time_bound(model, cluster, lay, st["workload"]) if st["bound"] and len(lay) else np.zeros(len(lay))
-    return _Survey(np.concatenate(owner), np.concatenate(flats), np.concatenate(counts), bound)
+        # One representative per block with the schedule at its first value: the floor's inputs.
+        index = list(np.unravel_index(flat, cell.block_shape))
+        index[s_axis] = np.zeros_like(index[s_axis])
+        rep = np.ravel_multi_index(index, cell.block_shape)
+        used = np.zeros(math.prod(cell.block_shape), dtype=bool)
+        used[rep] = True
+        first = np.flatnonzero(used)
+        reps.append(_block_fields(cell, first, gbs, seq, space))
+        rep_of.append(start + (np.cumsum(used) - 1)[rep])
+        start += len(first)
+    if not flats:
+        return _Survey(*(np.empty(0, dtype) for dtype in (np.int64, np.int64, np.int64, float)))
+    lay = _representatives({name: np.concatenate([f[name] for f in reps]) for name in reps[0]})
+    floor = (compute_floor(model, cluster, lay, st["workload"]) if st["bound"] and len(lay) else np.zeros(len(lay)))
+    return _Survey(np.concatenate(owner), np.concatenate(flats), np.concatenate(counts),
+                   floor[np.concatenate(rep_of)])
+
+
+def _refine(cell_of: np.ndarray, flat: np.ndarray) -> np.ndarray:
+    """estimate.step_time_bound of the given blocks: the pipeline of their compute alone, bubble included."""
+    st = _STATE
+    lay = _representatives(_fields_of(st["cells"], cell_of, flat, st["gbs"], st["seq"], st["space"]))
+    return step_time_bound(st["model"], st["cluster"], lay, st["workload"])
 
 
 def _tighten(cell_of: np.ndarray, flat: np.ndarray) -> np.ndarray:
@@ -498,18 +527,23 @@ def _fields_of(cells: list[_Cell], cell_of: np.ndarray, flat: np.ndarray, gbs: i
 
 
 def _cost(task: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]) -> _Partial:
-    """Cost the blocks of one task (positions, cells, block indices, bounds, valid layouts) that no bound
-    proves slower than the step-time limit: first the tighter bound (_tighten) of those within it on the
-    survey's bound, then, in batches of about `chunk` layouts, memory for every valid layout of those still
-    within it and time for those that fit and that no sibling beats. The limit tightens as the task finds
-    layouts."""
-    positions, cell_of, flat, bound, count, limit = task
+    """Cost the blocks of one task (positions, cells, block indices, floors, valid layouts) that no bound
+    proves slower than the step-time limit. Each bound is computed only where the cheaper one before it is
+    within the limit: the survey's floor, then the pipeline of compute alone (_refine), then the pipeline with
+    communication (_tighten); then, in batches of about `chunk` layouts, memory for every valid layout and
+    time for those that fit and that no sibling beats. The limit tightens as the task finds layouts."""
+    positions, cell_of, flat, floor, count, limit = task
     st = _STATE
     keep = st["keep"]
-    go = np.flatnonzero(bound <= limit * (1 + SLACK))
+    go = np.flatnonzero(floor <= limit * (1 + SLACK))
     positions, cell_of, flat, count = positions[go], cell_of[go], flat[go], count[go]
     n = len(positions)
-    tight = _tighten(cell_of, flat) if st["bound"] and n else np.full(n, -np.inf)
+    tight = np.full(n, -np.inf)
+    if st["bound"] and n:
+        tight = _refine(cell_of, flat)
+        within = np.flatnonzero(tight <= limit * (1 + SLACK))
+        if len(within):
+            tight[within] = np.maximum(tight[within], _tighten(cell_of[within], flat[within]))
     costed, feasible, faster = (np.zeros(n, dtype=np.int64) for _ in range(3))
     least: tuple[float, Layouts] | None = None
     top: tuple[Layouts, np.ndarray, np.ndarray] | None = None
@@ -699,6 +733,10 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
     start = time.perf_counter()
     keep = max(top, 1) if objective != "memory" else max(top, 1) * 50
     cells = list(_grid(model, cluster, gbs, seq, space))
+    blocks = sum(math.prod(c.block_shape) for c in cells)
+    if blocks > MAX_BLOCKS:
+        raise ConfigError(f"the layouts of {model.name} on {cluster.gpus:,} GPUs fall in {blocks:,} blocks, beyond the "
+                          f"{MAX_BLOCKS:,} a search takes on; restrict the space (tp, pp, cp, mbs, schedule, vpp)")
     raw = np.array([math.prod(c.shape) for c in cells], dtype=float)
     if workers is None:
         workers = (os.cpu_count() or 1) if raw.sum() >= PARALLEL_MIN else 1
@@ -759,7 +797,7 @@ def _run_costing(runner: _Runner, survey: _Survey, keep: int, tokens_per_gpu: fl
     # Tasks: runs of consecutive blocks, small at first (the first sets the limit the others are cut by).
     cuts = [0]
     while cuts[-1] < n:
-        cuts.append(min(n, cuts[-1] + min(TASK_BLOCKS, FIRST_TASK_BLOCKS << (len(cuts) - 1))))
+        cuts.append(min(n, cuts[-1] + min(TASK_BLOCKS, FIRST_TASK_BLOCKS << 2 * (len(cuts) - 1))))
     best: tuple[Layouts, np.ndarray, np.ndarray] | None = None
     least: tuple[float, Layouts] | None = None
     reference_step = tokens_per_gpu / faster_than if faster_than else 0.0
