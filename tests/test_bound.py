@@ -63,8 +63,9 @@ def _blocks(model, cluster, gbs, seq, space, workload, layout_filter):
                          bound=True)
     cells = search._STATE["cells"]
     survey = search._survey(list(range(len(cells))))
-    bounds = (survey.bound, search._refine(survey.cell, survey.flat), search._tighten(survey.cell, survey.flat))
-    lay, owner = search._expand(cells, survey.cell, survey.flat, gbs, seq, space)
+    reps = search._representatives(search._fields_of(cells, survey.cell, survey.flat, gbs, seq, space))
+    bounds = (survey.bound, search._refine(reps), search._tighten(reps))
+    lay, owner = search._expand(reps, model, space)
     rows = search._valid(lay, model, cluster)
     lay, owner = lay.take(rows), owner[rows]
     lay, parent = search._time_options(lay, model, cluster, space)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -212,16 +213,22 @@ def _pipeline(ctx: Ctx, pat: dict[str, np.ndarray], t_f: np.ndarray, t_b: np.nda
 _PATTERN_FIELDS = ("rank", "count", "dense", "moe", "embedding", "head", "work")
 
 
+@lru_cache(maxsize=4096)
+def _pattern_table(model: ModelSpec, pp: int, vpp: int, schedule: int) -> np.ndarray:
+    """(K, fields) rank patterns of one pipeline (_PATTERN_FIELDS), as the rows `_patterns` gathers."""
+    return np.array([[float(getattr(pat, f)) for f in _PATTERN_FIELDS]
+                     for pat in rank_patterns(model, pp, vpp, schedule)])
+
+
 def _patterns(model: ModelSpec, lay: Layouts) -> dict[str, np.ndarray]:
     """(N, K) arrays describing the distinct rank patterns of each layout's pipeline (count 0 = padding)."""
     first, inverse = group_rows([lay.pp, lay.vpp, lay.schedule])
     uniq = zip(lay.pp[first], lay.vpp[first], lay.schedule[first], strict=True)
-    tables = [rank_patterns(model, int(p), int(v), int(sc)) for p, v, sc in uniq]
+    tables = [_pattern_table(model, int(p), int(v), int(sc)) for p, v, sc in uniq]
     k = max(len(tb) for tb in tables)
     table = np.zeros((len(first), k, len(_PATTERN_FIELDS)))
     for i, tb in enumerate(tables):
-        for j, pat in enumerate(tb):
-            table[i, j] = [float(getattr(pat, f)) for f in _PATTERN_FIELDS]
+        table[i, :len(tb)] = tb
     rows = table[inverse]  # one gather for all fields
     return {f: rows[:, :, i] for i, f in enumerate(_PATTERN_FIELDS)}
 

@@ -171,15 +171,21 @@ def _pair_ok(tp: np.ndarray, sp: np.ndarray, tp_overlap: np.ndarray) -> np.ndarr
     return ((tp > 1) | ~(sp | tp_overlap)) & (sp | ~tp_overlap)
 
 
+def _inner(model: ModelSpec, space: SearchSpace) -> tuple[np.ndarray, ...]:
+    """The values of the inner axes (_AXES after _BLOCK), the same in every cell."""
+    moe = model.moe is not None
+    return (np.array(space.zero, dtype=np.int64), np.array(space.tp_overlap, dtype=bool),
+            np.array([RECOMPUTE.index(r) for r in space.recompute], dtype=np.int8),
+            np.array([DISPATCHERS.index(d) for d in space.dispatch] if moe else [0], dtype=np.int8),
+            np.array(space.ep_overlap if moe else (False,), dtype=bool))
+
+
 def _grid(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: SearchSpace) -> Iterator[_Cell]:
     """Every (tp, pp, cp) with the values each other axis may take with it."""
     g = cluster.gpus
     moe = model.moe
     dom = cluster.scaleup_domain
-    inner = (np.array(space.zero, dtype=np.int64), np.array(space.tp_overlap, dtype=bool),
-             np.array([RECOMPUTE.index(r) for r in space.recompute], dtype=np.int8),
-             np.array([DISPATCHERS.index(d) for d in space.dispatch] if moe else [0], dtype=np.int8),
-             np.array(space.ep_overlap if moe else (False,), dtype=bool))
+    inner = _inner(model, space)
     precision = np.array([PRECISIONS.index(p) for p in space.precision], dtype=np.int8)
     redundant = np.array(space.redundant_experts if moe else (0,), dtype=np.int64)
     sps = np.array(sorted(set(space.sp)), dtype=bool)
@@ -310,29 +316,18 @@ def _block_fields(cell: _Cell, flat: np.ndarray, gbs: int, seq: int, space: Sear
             "pp_scatter_gather": space.pp_scatter_gather & scatter_gather_acts(cell.tp, cell.pp, p)}
 
 
-def _expand(cells: list[_Cell], cell_of: np.ndarray, flat: np.ndarray, gbs: int, seq: int, space: SearchSpace
-            ) -> tuple[Layouts, np.ndarray]:
-    """Every layout of the given blocks with the time-only axes at their base values, and each one's block
-    (position in the arguments); the Strategy rules are not applied yet."""
-    parts, owner = [], []
-    inner_axes = [a for a in _AXES[_BLOCK:] if a not in _TIME_ONLY]
-    for c in np.unique(cell_of):
-        pos = np.flatnonzero(cell_of == c)
-        cell = cells[int(c)]
-        fields = _block_fields(cell, flat[pos], gbs, seq, space)
-        inner = [cell.values[_AXES.index(a)] for a in inner_axes]
-        grids = [g.ravel() for g in np.meshgrid(*[np.arange(len(v)) for v in inner], indexing="ij")]
-        k = len(grids[0])
-        rows = {name: np.repeat(v, k) for name, v in fields.items()}
-        for name, values, idx in zip(inner_axes, inner, grids, strict=True):
-            rows[name] = np.tile(values[idx], len(pos))
-        rows["tp_overlap"] = np.zeros(len(pos) * k, dtype=bool)
-        rows["dispatch"] = np.zeros(len(pos) * k, dtype=np.int8)
-        rows["ep_overlap"] = np.zeros(len(pos) * k, dtype=bool)
-        parts.append(rows)
-        owner.append(np.repeat(pos, k))
-    lay = Layouts(**{name: np.concatenate([p[name] for p in parts]) for name in parts[0]})
-    return lay, np.concatenate(owner)
+def _expand(reps: Layouts, model: ModelSpec, space: SearchSpace) -> tuple[Layouts, np.ndarray]:
+    """Every layout of the blocks `reps` stand for (one representative each) over the inner axes that memory
+    reads, the time-only ones at their base values, and each layout's block (its index in `reps`); the
+    Strategy rules are not applied yet."""
+    values = dict(zip(_AXES[_BLOCK:], _inner(model, space), strict=True))
+    axes = [a for a in _AXES[_BLOCK:] if a not in _TIME_ONLY]
+    grids = [g.ravel() for g in np.meshgrid(*[np.arange(len(values[a])) for a in axes], indexing="ij")]
+    k = len(grids[0])
+    owner = np.repeat(np.arange(len(reps)), k)
+    lay = dataclasses.replace(reps.take(owner), **{a: np.tile(values[a][g], len(reps)) for a, g in
+                                                   zip(axes, grids, strict=True)})
+    return lay, owner
 
 
 def _valid(lay: Layouts, model: ModelSpec, cluster: ClusterSpec) -> np.ndarray:
@@ -372,12 +367,12 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int
     cells = list(_grid(model, cluster, gbs, seq, space))
     pending: list[Layouts] = []
     size = 0
-    for i, cell in enumerate(cells):
+    for cell in cells:
         blocks = math.prod(cell.block_shape)
         step = max(1, chunk // math.prod(cell.shape[_BLOCK:]))
         for lo in range(0, blocks, step):
             flat = np.arange(lo, min(lo + step, blocks))
-            lay, _ = _expand(cells, np.full(len(flat), i), flat, gbs, seq, space)
+            lay, _ = _expand(_representatives(_block_fields(cell, flat, gbs, seq, space)), model, space)
             pending.append(lay.take(_valid(lay, model, cluster)))
             size += len(pending[-1])
             while size >= chunk:
@@ -498,31 +493,28 @@ def _survey(cell_ids: list[int]) -> _Survey:
                    floor[np.concatenate(rep_of)])
 
 
-def _refine(cell_of: np.ndarray, flat: np.ndarray) -> np.ndarray:
-    """estimate.step_time_bound of the given blocks: the pipeline of their compute alone, bubble included."""
+def _refine(reps: Layouts) -> np.ndarray:
+    """estimate.step_time_bound of the blocks `reps` stand for: the pipeline of their compute alone."""
     st = _STATE
-    lay = _representatives(_fields_of(st["cells"], cell_of, flat, st["gbs"], st["seq"], st["space"]))
-    return step_time_bound(st["model"], st["cluster"], lay, st["workload"])
+    return step_time_bound(st["model"], st["cluster"], reps, st["workload"])
 
 
-def _tighten(cell_of: np.ndarray, flat: np.ndarray) -> np.ndarray:
-    """estimate.time_options_bound of the given blocks: their step-time bound with communication, the least
-    over the time-only settings (_TIME_ONLY) each block may take."""
+def _tighten(reps: Layouts) -> np.ndarray:
+    """estimate.time_options_bound of the blocks `reps` stand for: their step-time bound with communication,
+    the least over the time-only settings (_TIME_ONLY) each block may take."""
     st = _STATE
-    model, cluster, space, cells = st["model"], st["cluster"], st["space"], st["cells"]
-    lay = _representatives(_fields_of(cells, cell_of, flat, st["gbs"], st["seq"], space))
-    options, owner = _time_options(lay, model, cluster, space)
-    return time_options_bound(model, cluster, lay, options, owner, st["workload"])
+    options, owner = _time_options(reps, st["model"], st["cluster"], st["space"])
+    return time_options_bound(st["model"], st["cluster"], reps, options, owner, st["workload"])
 
 
 def _fields_of(cells: list[_Cell], cell_of: np.ndarray, flat: np.ndarray, gbs: int, seq: int, space: SearchSpace
                ) -> dict[str, np.ndarray]:
     """_block_fields of blocks from several cells, in the order given."""
     out: dict[str, np.ndarray] = {}
-    for c in np.unique(cell_of):
-        pos = np.flatnonzero(cell_of == c)
-        for name, v in _block_fields(cells[int(c)], flat[pos], gbs, seq, space).items():
-            out.setdefault(name, np.empty(len(flat), dtype=v.dtype))[pos] = v
+    order = np.argsort(cell_of, kind="stable")
+    for part in np.split(order, np.flatnonzero(np.diff(cell_of[order])) + 1):
+        for name, v in _block_fields(cells[int(cell_of[part[0]])], flat[part], gbs, seq, space).items():
+            out.setdefault(name, np.empty(len(flat), dtype=v.dtype))[part] = v
     return out
 
 
@@ -538,12 +530,16 @@ def _cost(task: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
     go = np.flatnonzero(floor <= limit * (1 + SLACK))
     positions, cell_of, flat, count = positions[go], cell_of[go], flat[go], count[go]
     n = len(positions)
+    if not n:
+        return _Partial(positions, np.empty(0), *(np.empty(0, np.int64) for _ in range(3)), np.inf, None, None,
+                        np.empty(0), np.empty(0))
+    reps = _representatives(_fields_of(st["cells"], cell_of, flat, st["gbs"], st["seq"], st["space"]))
     tight = np.full(n, -np.inf)
-    if st["bound"] and n:
-        tight = _refine(cell_of, flat)
+    if st["bound"]:
+        tight = _refine(reps)
         within = np.flatnonzero(tight <= limit * (1 + SLACK))
         if len(within):
-            tight[within] = np.maximum(tight[within], _tighten(cell_of[within], flat[within]))
+            tight[within] = np.maximum(tight[within], _tighten(reps.take(within)))
     costed, feasible, faster = (np.zeros(n, dtype=np.int64) for _ in range(3))
     least: tuple[float, Layouts] | None = None
     top: tuple[Layouts, np.ndarray, np.ndarray] | None = None
@@ -556,7 +552,7 @@ def _cost(task: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
         batch = batch[tight[batch] <= limit * (1 + SLACK)]
         if not len(batch):
             continue
-        part = _cost_blocks(cell_of[batch], flat[batch])
+        part = _cost_blocks(reps.take(batch))
         costed[batch], feasible[batch], faster[batch] = part.costed, part.feasible, part.faster
         if part.least is not None and (least is None or part.least_required < least[0]):
             least = (part.least_required, part.least)
@@ -567,13 +563,14 @@ def _cost(task: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
                     least[1] if least else None, *(top if top else (None, np.empty(0), np.empty(0))))
 
 
-def _cost_blocks(cell_of: np.ndarray, flat: np.ndarray) -> _Partial:
-    """Memory for every valid layout of the given blocks, time for those that fit and no sibling beats."""
+def _cost_blocks(reps: Layouts) -> _Partial:
+    """Memory for every valid layout of the blocks `reps` stand for, time for those that fit and no sibling
+    beats."""
     st = _STATE
     model, cluster, space, workload = st["model"], st["cluster"], st["space"], st["workload"]
     keep, layout_filter, reference = st["keep"], st["filter"], st["reference"]
-    n = len(flat)
-    lay, owner = _expand(st["cells"], cell_of, flat, st["gbs"], st["seq"], space)
+    n = len(reps)
+    lay, owner = _expand(reps, model, space)
     rows = _valid(lay, model, cluster)
     lay, owner = lay.take(rows), owner[rows]
     # Memory first: a layout that cannot fit needs no step time.
@@ -678,9 +675,9 @@ class _Runner:
             # Workers ignore Ctrl-C: the parent stops them (terminate) and reports the interruption once.
             self.pool = mp.get_context("fork").Pool(workers, initializer=signal.signal,
                                                     initargs=(signal.SIGINT, signal.SIG_IGN))
-        self.slots = 2 * workers if self.pool is not None else 1
-        """Tasks in flight: two per worker keep each busy while the parent merges; in-process, one at a time
-        so that every task starts from the latest limit."""
+        self.slots = workers if self.pool is not None else 1
+        """Tasks in flight: one per worker (or in-process), so that every task starts from the latest limit;
+        the parent merges a result and hands out the next task in far less time than a task takes."""
         self.results: queue.SimpleQueue = queue.SimpleQueue()
         self.pending = 0
 
