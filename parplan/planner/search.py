@@ -137,11 +137,11 @@ class SearchSpace:
 
 # ------------------------------------------------------------------------------------------------ blocks
 
-_AXES = ("expert", "schedule", "mbs", "precision", "redundant_experts", "sp",
+_AXES = ("cp", "expert", "schedule", "mbs", "precision", "redundant_experts", "sp",
          "zero", "tp_overlap", "recompute", "dispatch", "ep_overlap")
 """The axes of a grid cell's layouts: the first _BLOCK of them pick a block, the rest (estimate.BOUND_FREE)
 vary inside it. expert holds (ep, etp) pairs and schedule (schedule, vpp) pairs."""
-_BLOCK = 6
+_BLOCK = 7
 _TIME_ONLY = ("tp_overlap", "dispatch", "ep_overlap")
 """Inner axes that change the step time but not memory: a block's memory is computed once per layout with
 them at their base values (no TP overlap, alltoall, no EP overlap) and expanded after (_time_options)."""
@@ -149,11 +149,11 @@ them at their base values (no TP overlap, alltoall, no EP overlap) and expanded 
 
 @dataclass(frozen=True, slots=True)
 class _Cell:
-    """One (tp, pp, cp) of the grid and the values each axis takes in it (_AXES order)."""
+    """One (tp, pp) of the grid and the values each axis takes with it (_AXES order). The values of an axis
+    may not all go together (an mbs that does not divide one cp's batch): the rules count those out."""
 
     tp: int
     pp: int
-    cp: int
     values: tuple[np.ndarray, ...]
 
     @property
@@ -181,7 +181,8 @@ def _inner(model: ModelSpec, space: SearchSpace) -> tuple[np.ndarray, ...]:
 
 
 def _grid(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: SearchSpace) -> Iterator[_Cell]:
-    """Every (tp, pp, cp) with the values each other axis may take with it."""
+    """Every (tp, pp) with the values each other axis may take with it (cp first: a cell holds every cp, so
+    that the rules are evaluated over many layouts at once)."""
     g = cluster.gpus
     moe = model.moe
     dom = cluster.scaleup_domain
@@ -198,35 +199,32 @@ def _grid(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: Sea
         for pp in _divisors(g // tp):
             if not space.allows("pp", pp) or pp > model.layers:
                 continue
-            for cp in _divisors(g // (tp * pp)):
-                if not space.allows("cp", cp) or (cp > 1 and seq % (2 * cp)):
-                    continue
-                dp = g // (tp * pp * cp)
-                if gbs % dp:
-                    continue
-                per_stage = g // pp
-                eps = [1] if moe is None else [e for e in _divisors(moe.experts) if space.allows("ep", e)]
-                etps = [1] if moe is None else [x for x in _divisors(moe.expert_ffn) if space.allows("etp", x)
-                                                and (space.etp is not None or not space.tp_in_domain or x <= dom)]
-                expert = [(e, x) for e in eps for x in etps if per_stage % (e * x) == 0]
-                mbs = [b for b in _divisors(gbs // dp) if space.allows("mbs", b)]
-                sched = []
-                for s in space.schedule:
-                    code = SCHEDULES.index(s)
-                    if s == "1f1b":
-                        sched.append((code, 1))
-                    elif pp > 1 and s == "interleaved":
-                        sched += [(code, v) for v in range(2, model.layers // pp + 1)]
-                    elif pp > 1 and s == "dualpipev" and 2 * pp <= model.layers:
-                        sched.append((code, 2))
-                    elif pp > 1 and s in ("zb-h1", "dualpipe"):
-                        sched.append((code, 1))
-                sched = [(s, v) for s, v in sched if space.allows("vpp", v)]
-                if not (expert and mbs and sched):
-                    continue
-                values = (np.array(expert, dtype=np.int64).reshape(-1, 2), np.array(sched, dtype=np.int64),
-                          np.array(mbs, dtype=np.int64), precision, redundant, sps, *inner)
-                yield _Cell(tp, pp, cp, values)
+            cps = [cp for cp in _divisors(g // (tp * pp)) if space.allows("cp", cp)
+                   and not (cp > 1 and seq % (2 * cp)) and gbs % (g // (tp * pp * cp)) == 0]
+            per_stage = g // pp
+            eps = [1] if moe is None else [e for e in _divisors(moe.experts) if space.allows("ep", e)]
+            etps = [1] if moe is None else [x for x in _divisors(moe.expert_ffn) if space.allows("etp", x)
+                                            and (space.etp is not None or not space.tp_in_domain or x <= dom)]
+            expert = [(e, x) for e in eps for x in etps if per_stage % (e * x) == 0]
+            mbs = sorted({b for cp in cps for b in _divisors(gbs // (g // (tp * pp * cp))) if space.allows("mbs", b)})
+            sched = []
+            for s in space.schedule:
+                code = SCHEDULES.index(s)
+                if s == "1f1b":
+                    sched.append((code, 1))
+                elif pp > 1 and s == "interleaved":
+                    sched += [(code, v) for v in range(2, model.layers // pp + 1)]
+                elif pp > 1 and s == "dualpipev" and 2 * pp <= model.layers:
+                    sched.append((code, 2))
+                elif pp > 1 and s in ("zb-h1", "dualpipe"):
+                    sched.append((code, 1))
+            sched = [(s, v) for s, v in sched if space.allows("vpp", v)]
+            if not (cps and expert and mbs and sched):
+                continue
+            values = (np.array(cps, dtype=np.int64), np.array(expert, dtype=np.int64).reshape(-1, 2),
+                      np.array(sched, dtype=np.int64), np.array(mbs, dtype=np.int64), precision, redundant, sps,
+                      *inner)
+            yield _Cell(tp, pp, values)
 
 
 def _broadcast(cell: _Cell, gbs: int, seq: int, space: SearchSpace) -> Layouts:
@@ -245,7 +243,7 @@ def _broadcast(cell: _Cell, gbs: int, seq: int, space: SearchSpace) -> Layouts:
     v = dict(zip(_AXES, cell.values, strict=True))
     sp = along("sp", v["sp"])
     return Layouts(
-        tp=const(cell.tp), pp=const(cell.pp), cp=const(cell.cp), ep=along("expert", v["expert"][:, 0]),
+        tp=const(cell.tp), pp=const(cell.pp), cp=along("cp", v["cp"]), ep=along("expert", v["expert"][:, 0]),
         etp=along("expert", v["expert"][:, 1]), vpp=along("schedule", v["schedule"][:, 1]),
         zero=along("zero", v["zero"]), mbs=along("mbs", v["mbs"]), gbs=const(gbs), seq=const(seq), sp=sp,
         recompute=along("recompute", v["recompute"]),
@@ -303,13 +301,13 @@ def _cell_counts(cell: _Cell, model: ModelSpec, cluster: ClusterSpec, gbs: int, 
 
 def _block_fields(cell: _Cell, flat: np.ndarray, gbs: int, seq: int, space: SearchSpace) -> dict[str, np.ndarray]:
     """The fields fixed by each of the cell's blocks `flat` (indices into its block grid)."""
-    e, s, b, x, r, p = (cell.values[i][j] for i, j in enumerate(np.unravel_index(flat, cell.block_shape)))
+    c, e, s, b, x, r, p = (cell.values[i][j] for i, j in enumerate(np.unravel_index(flat, cell.block_shape)))
     n = len(flat)
 
     def full(value: object, dtype: type = np.int64) -> np.ndarray:
         return np.full(n, value, dtype=dtype)
 
-    return {"tp": full(cell.tp), "pp": full(cell.pp), "cp": full(cell.cp), "ep": e[:, 0], "etp": e[:, 1],
+    return {"tp": full(cell.tp), "pp": full(cell.pp), "cp": c, "ep": e[:, 0], "etp": e[:, 1],
             "vpp": s[:, 1], "schedule": s[:, 0].astype(np.int8), "mbs": b, "gbs": full(gbs), "seq": full(seq),
             "precision": x, "redundant_experts": r, "sp": p, "flash_attention": full(True, bool),
             "p2p_overlap": full(True, bool),
@@ -752,13 +750,9 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
 
 
 def _run_survey(runner: _Runner, cells: list[_Cell], raw: np.ndarray, workers: int) -> _Survey:
-    """Count and bound every block, cells grouped by (tp, cp) (which share their compute bounds)."""
-    keys: dict[tuple[int, int], list[int]] = {}
-    for i, c in enumerate(cells):
-        keys.setdefault((c.tp, c.cp), []).append(i)
-    groups = list(keys.values())
-    for part in _split(np.array([raw[g].sum() for g in groups]), workers):
-        runner.submit(_survey, [i for j in part for i in groups[j]])
+    """Count and bound every block, the cells split evenly over the workers."""
+    for part in _split(raw, workers):
+        runner.submit(_survey, sorted(part))
     parts = [runner.next() for _ in range(runner.pending)]
     cat = [np.concatenate([getattr(p, f) for p in parts]) if parts else np.empty(0)
            for f in ("cell", "flat", "count", "bound")]
