@@ -72,7 +72,7 @@ def _command(args: tuple) -> tuple[float, float, float]:
            "--gbs", str(gbs), "--seq", str(seq), "--precision", precision, "--json"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     peak = 0
     while proc.poll() is None:
         peak = max(peak, sum(_rss_kib(p) for p in _tree(proc.pid)))

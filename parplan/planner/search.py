@@ -3,19 +3,24 @@
 The space is the cartesian product of every degree and setting the Strategy rules allow (tp, pp, cp, ep, etp,
 vpp with its schedule, zero, sp, recompute, every divisor of the per-replica batch as micro-batch, precision,
 TP overlap, dispatch, EP overlap, redundant experts) under the user's restrictions; nothing is sampled. The
-search cuts it into blocks: a grid cell (tp, pp, cp) with one expert grid, schedule, micro-batch size,
-precision, redundancy and SP setting, inside which only the estimate.BOUND_FREE choices vary (zero,
-recompute, TP overlap, dispatch, EP overlap).
+search cuts it into blocks: a (tp, pp, cp) with one expert grid, schedule, micro-batch size, precision,
+redundancy and SP setting, inside which only the estimate.BOUND_FREE choices vary (zero, recompute, TP
+overlap, dispatch, EP overlap).
 
 1. Survey: every block's valid layouts are counted without building them (the Strategy rules evaluated over
-   the block's axes broadcast against each other, then summed: _count_valid), and its step time is bounded
-   from below through the cost functions themselves (estimate.step_time_bound).
-2. Cost: blocks are costed in the order of their bound, each layout through the same `evaluate_layouts` that
+   a grid cell's axes broadcast against each other, then summed: _count_valid), and its step time is
+   bounded from below by estimate.compute_floor (the whole model's compute over the pipeline ranks).
+2. Cost, in the order of the floors: each bound is computed only where the cheaper one before it is within
+   the limit, the step time of the `keep`-th best layout found so far: estimate.step_time_bound (the
+   pipeline of compute alone), then estimate.time_options_bound (the pipeline with the least communication
+   the block allows); the blocks still within it are costed through the same `evaluate_layouts` that
    `explain` uses (memory first; the time of those that fit and that no sibling provably beats,
-   _DOMINANCE). A block whose bound exceeds the step time of the `keep`-th best layout found cannot hold a
-   better one: it is proved no better without being costed, and so is every block after it.
-Blocks are spread over every CPU (forked workers). The answer is the exhaustive search's: tests compare it with
-a scalar brute force and with the search run without bounds.
+   _DOMINANCE). A block bounded above the limit cannot hold a better layout: it is proved no better without
+   being costed, and so is every block after the first whose floor is above it.
+Every bound is computed through the cost functions themselves and rests on invariants stated where it is
+computed and tested as properties (tests/test_bound.py). Cells and costing tasks are spread over the CPUs
+(forked workers) for large spaces. The answer is the exhaustive search's: tests compare it with a scalar brute
+force and with the search run without bounds.
 """
 
 from __future__ import annotations
@@ -545,8 +550,10 @@ def _cost(task: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
     while len(todo):
         take = max(1, int(np.searchsorted(np.cumsum(count[todo]), st["chunk"], "right")))
         batch, todo = todo[:take], todo[take:]
-        if top is not None and len(top[1]) >= keep:
-            limit = min(limit, st["tokens_per_gpu"] / float(top[1][-1]))
+        if st["bound"] and top is not None and len(top[1]) >= keep:
+            # The task's own keep-th best is no better than the search's, so this limit is never below the
+            # final one: a block skipped here is proved no better there too.
+            limit = min(limit, max(st["tokens_per_gpu"] / float(top[1][-1]), st["reference_step"]))
         batch = batch[tight[batch] <= limit * (1 + SLACK)]
         if not len(batch):
             continue
@@ -738,12 +745,13 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
     workers = max(1, min(workers, len(cells)))
     _STATE.update(model=model, cluster=cluster, space=space, gbs=gbs, seq=seq, keep=keep, workload=workload,
                   chunk=chunk, tokens_per_gpu=gbs * seq / cluster.gpus,
+                  reference_step=gbs * seq / cluster.gpus / faster_than if faster_than else 0.0,
                   prune=objective != "memory" and faster_than is None, reference=faster_than,
                   cap=space.memory_cap_gib(cluster), filter=layout_filter, cells=cells, bound=bound)
     runner = _Runner(workers)
     try:
         survey = _run_survey(runner, cells, raw, workers)
-        found = _run_costing(runner, survey, keep, gbs * seq / cluster.gpus, faster_than, deadline, progress)
+        found = _run_costing(runner, survey, keep, gbs * seq / cluster.gpus, deadline, progress)
     finally:
         runner.close()
     return _result(model, cluster, survey, found, objective, top, within, workload, time.perf_counter() - start)
@@ -777,8 +785,8 @@ class _Found:
     """Step time beyond which a block is proved no better (inf when nothing may be skipped)."""
 
 
-def _run_costing(runner: _Runner, survey: _Survey, keep: int, tokens_per_gpu: float, faster_than: float | None,
-                 deadline: float | None, progress: Callable[[int, int], None] | None) -> _Found:
+def _run_costing(runner: _Runner, survey: _Survey, keep: int, tokens_per_gpu: float, deadline: float | None,
+                 progress: Callable[[int, int], None] | None) -> _Found:
     """Cost blocks in bound order, a few tasks in flight, until the next block's bound exceeds the limit."""
     n = len(survey.count)
     done = np.zeros(n, dtype=bool)
@@ -791,7 +799,7 @@ def _run_costing(runner: _Runner, survey: _Survey, keep: int, tokens_per_gpu: fl
         cuts.append(min(n, cuts[-1] + min(TASK_BLOCKS, FIRST_TASK_BLOCKS << 2 * (len(cuts) - 1))))
     best: tuple[Layouts, np.ndarray, np.ndarray] | None = None
     least: tuple[float, Layouts] | None = None
-    reference_step = tokens_per_gpu / faster_than if faster_than else 0.0
+    reference_step = _STATE["reference_step"]
 
     def limit() -> float:
         """Blocks bounded above this step time hold no layout among the best `keep` nor faster than the
