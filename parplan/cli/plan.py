@@ -130,7 +130,7 @@ def plan_command(
     from parplan.hardware.presets import load_cluster
     from parplan.models.presets import load_model
     from parplan.planner.api import space_from_options
-    from parplan.planner.search import OBJECTIVES, plan_or_raise
+    from parplan.planner.search import OBJECTIVES, check_size, plan_or_raise
     from parplan.planner.workload import parse_expert_load
 
     if objective not in OBJECTIVES:
@@ -156,6 +156,8 @@ def plan_command(
         # DeepSpeed's pipeline engine partitions stage tensors over TP (PartitionedTensor): cost it so.
         space = dataclasses.replace(space, pp_scatter_gather=framework == "deepspeed")
 
+    for n in counts:  # every size refused up front, before any is searched
+        check_size(model_spec, base.with_gpus(n), gbs, seq)
     results: list[tuple[int, PlanResult]] = []
     failure: NoFeasiblePlanError | None = None
     with search_progress() as update:

@@ -15,7 +15,7 @@ from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
 from parplan.planner.estimate import Estimate
 from parplan.planner.explain import bottleneck
-from parplan.planner.search import SearchSpace, plan
+from parplan.planner.search import SearchSpace, check_size, plan
 from parplan.planner.workload import UNIFORM, Workload
 
 
@@ -46,6 +46,8 @@ def scale(model: ModelSpec, cluster: ClusterSpec, counts: list[int], *, gbs: int
     """Best layout per GPU count and its speedup/efficiency against the smallest count that fits. `deadline`
     and `progress` go to each count's search (search.plan); past the deadline, each remaining count gets the
     best of its search's first task."""
+    for n in counts:  # every size refused up front, before any is searched
+        check_size(model, cluster.with_gpus(n), gbs * n // min(counts) if weak else gbs, seq)
     points: list[ScalePoint] = []
     base: tuple[int, float] | None = None
     for n in sorted(counts):
