@@ -12,10 +12,6 @@ from rich.table import Table
 from parplan._input import read_yaml, write_yaml
 from parplan.cli._options import ClusterOpt, JsonOpt
 from parplan.cli._output import console, print_json
-from parplan.hardware import load_cluster
-from parplan.hardware.presets import preset_names
-from parplan.planner.calibrate import calibrate
-from parplan.planner.validate import load_runs
 
 
 def calibrate_command(
@@ -25,6 +21,10 @@ def calibrate_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Fit compute efficiency and overlap costs to measured step times; print the error before and after."""
+    from parplan.hardware.presets import load_cluster, preset_names
+    from parplan.planner.calibrate import calibrate
+    from parplan.planner.validate import load_runs
+
     spec = load_cluster(cluster)
     result = calibrate(load_runs(runs), spec)
     cal = dataclasses.asdict(result.calibration)

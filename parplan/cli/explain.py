@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from parplan.cli._options import ClusterOpt, ExpertLoadOpt, GpusOpt, JsonOpt, ModelOpt, SeqOpt
 from parplan.cli._output import console, kv_table, print_json
-from parplan.hardware import load_cluster
-from parplan.models import load_model
-from parplan.planner.estimate import MEMORY_COMPONENTS, TIME_COMPONENTS, Estimate, evaluate
-from parplan.planner.explain import bottleneck
-from parplan.planner.moe import MoESection, moe_section
-from parplan.planner.strategy import DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES, Strategy, p2p_overlap_acts
-from parplan.planner.timeline import Timeline, render, simulate
-from parplan.planner.workload import parse_expert_load
-from parplan.plots import memory_bars, plot_estimate, stage_label
+from parplan.names import DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES
+
+if TYPE_CHECKING:
+    from parplan.planner.estimate import Estimate
+    from parplan.planner.moe import MoESection
+    from parplan.planner.strategy import Strategy
+    from parplan.planner.timeline import Timeline
 
 
 def _choice(value: str, options: tuple[str, ...], name: str) -> str:
@@ -34,6 +32,8 @@ _ALWAYS = ("tp", "pp", "zero", "sp", "recompute", "mbs", "gbs", "seq", "schedule
 def explain_args(s: Strategy) -> list[str]:
     """The `parplan explain` options that reproduce layout `s`: one option per Strategy field, so a field
     added to Strategy (and to explain) cannot be left out of the commands plan prints."""
+    from parplan.planner.strategy import Strategy
+
     args: list[str] = []
     for field in dataclasses.fields(Strategy):
         value = getattr(s, field.name)
@@ -94,6 +94,16 @@ def explain(
     json_out: JsonOpt = False,
 ) -> None:
     """Predict one layout: step time, tokens/s/GPU, MFU, memory per GPU, and where the time goes."""
+    from parplan.hardware.presets import load_cluster
+    from parplan.models.presets import load_model
+    from parplan.planner.estimate import evaluate
+    from parplan.planner.explain import bottleneck
+    from parplan.planner.moe import moe_section
+    from parplan.planner.strategy import Strategy, p2p_overlap_acts
+    from parplan.planner.timeline import render
+    from parplan.planner.workload import parse_expert_load
+    from parplan.plots import plot_estimate
+
     _choice(recompute, RECOMPUTE, "recompute")
     _choice(precision, PRECISIONS, "precision")
     _choice(attention, ("flash", "unfused"), "attention")
@@ -149,6 +159,8 @@ def explain(
 
 def schedule_timeline(est: Estimate) -> Timeline | None:
     """The pipeline schedule of an estimate replayed with its slowest rank's per-micro-batch times."""
+    from parplan.planner.timeline import simulate
+
     s = est.strategy
     if s.pp == 1:
         return None
@@ -163,6 +175,9 @@ def schedule_timeline(est: Estimate) -> Timeline | None:
 
 def show_estimate(est: Estimate, sentence: str, moe: MoESection | None = None) -> None:
     """Rich tables for one estimate."""
+    from parplan.planner.estimate import MEMORY_COMPONENTS, TIME_COMPONENTS
+    from parplan.plots import memory_bars, stage_label
+
     console.print(kv_table(
         f"{est.model} on {est.gpus}× {est.cluster}",
         [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -13,12 +13,11 @@ from parplan._mapping import dataclass_from_mapping
 from parplan.cli._options import JsonOpt
 from parplan.cli._output import console, print_json, print_text
 from parplan.errors import ConfigError
-from parplan.export import FRAMEWORKS, Launch, export
-from parplan.hardware import load_cluster
-from parplan.models import load_model
-from parplan.planner.strategy import Strategy
+from parplan.names import FRAMEWORKS
 
-_FIELDS = {f.name for f in dataclasses.fields(Strategy)}
+if TYPE_CHECKING:
+    from parplan.export import Launch
+    from parplan.planner.strategy import Strategy
 
 
 def _read_plan(path: Path, index: int) -> dict[str, Any]:
@@ -41,7 +40,10 @@ def _read_plan(path: Path, index: int) -> dict[str, Any]:
 def strategy_from_dict(raw: dict[str, Any], file: str) -> Strategy:
     """The layout of a saved plan; the derived dp and microbatches it also lists are dropped, and a field of
     the wrong type is a ConfigError naming it."""
-    return dataclass_from_mapping(Strategy, {k: v for k, v in raw.items() if k in _FIELDS}, file, "strategy")
+    from parplan.planner.strategy import Strategy
+
+    fields = {f.name for f in dataclasses.fields(Strategy)}
+    return dataclass_from_mapping(Strategy, {k: v for k, v in raw.items() if k in fields}, file, "strategy")
 
 
 def show_launch(launch: Launch, out: Path | None, json_out: bool) -> None:
@@ -67,6 +69,10 @@ def export_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Write launch settings (Megatron-LM arguments, DeepSpeed config, torchtitan job) for a saved plan."""
+    from parplan.export import export
+    from parplan.hardware.presets import load_cluster
+    from parplan.models.presets import load_model
+
     doc = _read_plan(plan_file, index)
     model = load_model(doc.get("model_source") or doc["model"])
     cluster = load_cluster(doc.get("cluster_source") or doc["cluster"], gpus=int(doc["gpus"]))

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from parplan.cli._options import JsonOpt
-from parplan.cli._output import console, print_json
-from parplan.planner.validate import RankResult, load_runs, rank_runs, summarize, validate_runs
+from parplan.cli._options import JsonOpt, TimeLimitOpt, deadline
+from parplan.cli._output import console, print_json, search_progress
+
+if TYPE_CHECKING:
+    from parplan.planner.validate import RankResult
 
 
 def _pct(value: float | None) -> str:
@@ -21,10 +23,14 @@ def validate(
     tier: Annotated[str | None, typer.Option(help="Only runs of this tier (A, B or C).")] = None,
     group: Annotated[str | None, typer.Option(help="Only runs of this group (e.g. mbridge).")] = None,
     rank: Annotated[bool, typer.Option("--rank", help="Also search each run's job and rank the published "
-                                                      "layout among all layouts (slow: one search per run).")] = False,
+                                                      "layout among all layouts (one search per run).")] = False,
+    time_limit: TimeLimitOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Evaluate every run in a data file of measured training runs and report the errors."""
+    from parplan.planner.validate import load_runs, rank_runs, summarize, validate_runs
+
+    until = deadline(time_limit)
     runs = load_runs(data)
     if tier:
         runs = [r for r in runs if r.tier == tier]
@@ -32,7 +38,9 @@ def validate(
         runs = [r for r in runs if r.group == group]
     results = validate_runs(runs)
     if rank:
-        _show_ranks(rank_runs(results), json_out)
+        with search_progress() as update:
+            ranks = rank_runs(results, until, update)
+        _show_ranks(ranks, json_out)
         return
     by_tier, by_group = summarize(results, "tier"), summarize(results, "group")
     if json_out:
@@ -79,7 +87,7 @@ def _show_ranks(ranks: list[RankResult], json_out: bool) -> None:
         print_json({"runs": [{
             "id": k.result.run.id, "published_tokens_per_s_per_gpu": k.result.predicted,
             "best_tokens_per_s_per_gpu": k.best.tokens_per_s_per_gpu if k.best else None, "gap": k.gap,
-            "rank": k.rank, "searched": k.searched,
+            "rank": k.rank, "searched": k.searched, "complete": not k.left, "layouts_left": k.left,
             "best_strategy": k.best.strategy.as_dict(k.best.gpus) if k.best else None,
         } for k in ranks]})
         return
@@ -90,6 +98,10 @@ def _show_ranks(ranks: list[RankResult], json_out: bool) -> None:
         best = k.best
         table.add_row(k.result.run.id, f"{k.result.predicted:,.1f}",
                       f"{best.tokens_per_s_per_gpu:,.1f}" if best else "-", _pct(k.gap),
-                      "does not fit" if k.rank is None else f"{k.rank:,} of {k.searched:,}",
+                      "does not fit" if k.rank is None else f"{k.rank:,} of {k.searched + k.left:,}"
+                      + (f" ({k.left:,} left)" if k.left else ""),
                       best.strategy.describe(best.gpus) if best else "nothing fits")
     console.print(table)
+    if any(k.left for k in ranks):
+        console.print("[bold yellow]Incomplete:[/] the time limit stopped the searches marked 'left'; their rank "
+                      "counts only the layouts searched and their best is the best found so far.", highlight=False)

@@ -13,20 +13,18 @@ export against lists read off that code (tests/data/frameworks).
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
 
 from parplan.errors import ConfigError, InvalidStrategyError
-from parplan.export import deepspeed, megatron, torchtitan
 from parplan.export.common import Known, Launch, Support, Target, first_unsupported, supported_mask
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
+from parplan.names import FRAMEWORKS
 from parplan.planner.strategy import Layouts, Strategy
-
-FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
-_MODULES: dict[str, ModuleType] = {"megatron": megatron, "deepspeed": deepspeed, "torchtitan": torchtitan}
 
 __all__ = ["FRAMEWORKS", "Launch", "Target", "export", "framework_filter", "framework_mask", "targets",
            "unsupported_reason"]
@@ -36,12 +34,12 @@ def _resolve(framework: str) -> tuple[ModuleType, tuple[Target, ...]]:
     """The exporter and the versions `framework` names: "torchtitan" every version it writes for,
     "torchtitan@0.3.0" that one."""
     name, _, key = framework.partition("@")
-    if name not in _MODULES:
+    if name not in FRAMEWORKS:
         close = difflib.get_close_matches(name, FRAMEWORKS, n=1, cutoff=0.4)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ConfigError(f"unknown framework '{name}'{hint} Known frameworks: {', '.join(FRAMEWORKS)}",
                           field="framework")
-    module = _MODULES[name]
+    module = importlib.import_module(f"parplan.export.{name}")
     if not key:
         return module, module.TARGETS
     chosen = tuple(t for t in module.TARGETS if t.key == key)

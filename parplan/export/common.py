@@ -115,7 +115,9 @@ def is_schedule(lay: Layouts, *names: str) -> np.ndarray:
 def supported_mask(rules: Iterable[Support], lay: Layouts, known: Known) -> np.ndarray:
     ok = np.ones(len(lay), dtype=bool)
     for rule in rules:
-        ok &= np.asarray(rule.ok(lay, known), dtype=bool)
+        # Not in place: the search passes Layouts whose fields broadcast against each other (one axis each),
+        # and the mask then widens to the axes the rules read.
+        ok = ok & np.asarray(rule.ok(lay, known), dtype=bool)
     return ok
 
 

@@ -10,7 +10,6 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from parplan.errors import ConfigError, ParplanError
 from parplan.hardware.spec import Calibration, ClusterSpec
@@ -50,6 +49,8 @@ def _errors(runs: list[PublishedRun], models: list, cluster: ClusterSpec, cal: C
 
 def calibrate(runs: list[PublishedRun], cluster: ClusterSpec) -> CalibrationResult:
     """Knobs that best reproduce the runs' throughput on `cluster` (every run is taken to use it)."""
+    from scipy.optimize import least_squares  # scipy (0.5 s to import) loads only when calibrating
+
     if not runs:
         raise ConfigError("no runs to calibrate on", field="runs")
     models = [r.model() for r in runs]

@@ -8,6 +8,7 @@ apart has min(n, domain // stride) members per domain (1 when stride >= domain).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,6 +79,12 @@ class Ctx:
     """Scale-up domains one EP group spans."""
     straggler: np.ndarray
     """Max/mean per-GPU expert load of the EP group (1 with a balanced router); workload.py."""
+
+    def take(self, index: np.ndarray) -> Ctx:
+        """The quantities of the layouts `index` picks (no recomputation)."""
+        return dataclasses.replace(self, lay=self.lay.take(index), **{
+            f.name: getattr(self, f.name)[index] for f in dataclasses.fields(self)
+            if isinstance(getattr(self, f.name), np.ndarray)})
 
     @classmethod
     def build(cls, model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM) -> Ctx:

@@ -12,16 +12,19 @@ the recomputed forward FLOPs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
 from parplan.hardware.efficiency import peak_flops
 from parplan.hardware.spec import ClusterSpec
-from parplan.models.spec import Block, LayerKind, ModelSpec
+from parplan.models.spec import Block, LayerKind, Linear, ModelSpec
 from parplan.planner import comm, compute, memory
-from parplan.planner.context import RC_FULL, RC_MODULES, RC_SELECTIVE, Ctx
+from parplan.planner.context import RC_FULL, RC_MODULES, RC_NONE, RC_SELECTIVE, Ctx
 from parplan.planner.schedule import bubble_time, inflight_microbatches, rank_patterns
 from parplan.planner.strategy import Layouts, Strategy
 from parplan.planner.workload import UNIFORM, Workload
@@ -72,12 +75,41 @@ def _zeros(n: int) -> np.ndarray:
     return np.zeros(n)
 
 
-def _layer_work(ctx: Ctx, kind: LayerKind) -> _Work:
-    lt = compute.layer_time(ctx, kind)
+@dataclass(frozen=True, slots=True)
+class _ComputeRows:
+    """A Ctx's distinct combinations of _COMPUTE_KEYS: the compute functions (compute.*), which read only those
+    fields, run once per combination (and once per call) and are broadcast back to every layout. Many layouts
+    of a batch differ only in how their communication overlaps or what they recompute."""
+
+    ctx: Ctx
+    """The distinct combinations."""
+    inverse: np.ndarray
+    cache: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, ctx: Ctx) -> _ComputeRows:
+        first, inverse = _distinct(ctx.lay, _COMPUTE_KEYS)
+        return cls(ctx.take(first), inverse)
+
+    def __call__(self, fn: Callable, *args: object) -> Any:
+        key = (fn, *args)
+        if key not in self.cache:
+            out = fn(self.ctx, *args)
+            self.cache[key] = (out[self.inverse] if isinstance(out, np.ndarray) else dataclasses.replace(
+                out, **{f.name: getattr(out, f.name)[self.inverse] for f in dataclasses.fields(out)}))
+        return self.cache[key]
+
+
+def _is_shared_expert(lin: Linear) -> bool:
+    return lin.block is Block.SHARED_EXPERTS
+
+
+def _layer_work(ctx: Ctx, kind: LayerKind, rows: _ComputeRows) -> _Work:
+    lt = rows(compute.layer_time, kind)
     tp_f, tp_b = comm.tp_layer(ctx, kind, lt.gemm_f, lt.gemm_b)
     cp_f, cp_b = comm.cp_layer(ctx, lt.attn_f, lt.attn_b)
     if kind is LayerKind.MOE:
-        shared = compute.gemm_work(ctx, kind, lambda lin: lin.block is Block.SHARED_EXPERTS)
+        shared = rows(compute.gemm_work, kind, _is_shared_expert)
         ep_f, ep_b = comm.ep_layer(ctx, lt.forward, lt.backward, shared.forward, shared.backward, lt.gemm_w)
     else:
         zero = _zeros(len(ctx.lay))
@@ -85,7 +117,7 @@ def _layer_work(ctx: Ctx, kind: LayerKind) -> _Work:
     exposed_f = tp_f.exposed + cp_f.exposed + ep_f.exposed
     # Selective recompute re-runs the attention core in backward, module recompute also norms, the expert
     # activation and MLA up-projections; full recompute the whole forward, its communication included.
-    modules = (compute.module_recompute_time(ctx, kind) if (ctx.recompute == RC_MODULES).any()
+    modules = (rows(compute.module_recompute_time, kind) if (ctx.recompute == RC_MODULES).any()
                else _zeros(len(ctx.lay)))
     recompute = np.select([ctx.recompute == RC_FULL, ctx.recompute == RC_SELECTIVE, ctx.recompute == RC_MODULES],
                           [lt.forward + exposed_f, lt.attn_f, lt.attn_f + modules], 0.0)
@@ -109,36 +141,94 @@ def _layer_work(ctx: Ctx, kind: LayerKind) -> _Work:
     return _Work(parts, total_comm, fwd, bwd, lt.gemm_w, lt.forward, lt.backward + recompute)
 
 
-def _head_work(ctx: Ctx) -> _Work:
+def _layer_compute(ctx: Ctx, kind: LayerKind, rows: _ComputeRows) -> _Work:
+    """A layer's compute alone: what `_layer_work` adds communication and recompute to."""
+    return _compute_work(rows(compute.layer_time, kind))
+
+
+def _head_work(ctx: Ctx, rows: _ComputeRows, compute_only: bool = False) -> _Work:
     """LM head + loss on the last stage, its input gathered over TP under SP; each MTP module adds a
-    transformer layer, its 2h -> h projection and another head."""
-    gather = comm.tp_head(ctx)
-    head = _compute_work(compute.head_time(ctx), gather, gather)
+    transformer layer, its 2h -> h projection and another head. `compute_only` leaves out the communication
+    and recompute (step_time_bound)."""
+    gather = 0.0 if compute_only else comm.tp_head(ctx)
+    head = _compute_work(rows(compute.head_time), gather, gather)
     if not ctx.model.mtp_layers:
         return head
-    mtp = _layer_work(ctx, ctx.model.mtp_layer_kind) + _compute_work(compute.mtp_extra_time(ctx)) + head
+    layer = (_layer_compute if compute_only else _layer_work)(ctx, ctx.model.mtp_layer_kind, rows)
+    mtp = layer + _compute_work(rows(compute.mtp_extra_time)) + head
     return head + mtp.scaled(ctx.model.mtp_layers)
 
 
-def _embedding_work(ctx: Ctx) -> _Work:
+def _embedding_work(ctx: Ctx, rows: _ComputeRows, compute_only: bool = False) -> _Work:
     """Embedding lookup on the first stage; vocab-parallel over TP, so its output is reduced across the TP
     group forward (comm.tp_embedding), and its gradient passes back without a collective."""
-    return _compute_work(compute.embedding_time(ctx), comm.tp_embedding(ctx))
+    return _compute_work(rows(compute.embedding_time), 0.0 if compute_only else comm.tp_embedding(ctx))
+
+
+_UNITS = ("dense", "moe", "head", "embedding")
+"""What a pipeline rank holds, by its pattern's counts (schedule.RankPattern): dense and MoE layers, the head
+(with the MTP modules) and the embedding."""
+
+
+def _unit_works(ctx: Ctx, compute_only: bool = False) -> dict[str, _Work]:
+    """The per-micro-batch work of each unit (_UNITS) on one rank; `compute_only` without communication and
+    recompute (step_time_bound)."""
+    layer = _layer_compute if compute_only else _layer_work
+    rows = _ComputeRows.of(ctx)
+    zero = _zeros(len(ctx.lay))
+    return {
+        "dense": layer(ctx, LayerKind.DENSE, rows),
+        "moe": (layer(ctx, LayerKind.MOE, rows) if ctx.model.moe_layer_count
+                else _Work({}, {}, zero, zero, zero, zero, zero)),
+        "head": _head_work(ctx, rows, compute_only),
+        "embedding": _embedding_work(ctx, rows, compute_only),
+    }
+
+
+def _per_rank(pat: dict[str, np.ndarray], units: dict[str, _Work], get: Callable[[_Work], np.ndarray]
+              ) -> np.ndarray:
+    """(N, K) seconds of one micro-batch's `get` part on each rank pattern: its units' work, times the share
+    of its layers each micro-batch passes (DualPipe: half)."""
+    return pat["work"] * sum(pat[u] * get(units[u])[:, None] for u in _UNITS)
+
+
+def _pipeline(ctx: Ctx, pat: dict[str, np.ndarray], t_f: np.ndarray, t_b: np.ndarray, t_w: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pipeline seconds per step, the bubble, the critical rank pattern) from the (N, K) forward, backward
+    and weight-grad seconds of one micro-batch per rank pattern: m times the slowest rank's micro-batch plus
+    the schedule's bubble (over the ranks' mean times) and its fill-and-drain transfers."""
+    real = pat["count"] > 0
+    crit = np.argmax(np.where(real, t_f + t_b, -np.inf), axis=1)
+
+    def mean(a: np.ndarray) -> np.ndarray:
+        """Average over all p ranks (patterns weighted by how many ranks share them)."""
+        return (np.where(real, a, 0.0) * pat["count"]).sum(axis=1) / ctx.p
+
+    bubble = (bubble_time(ctx.p, ctx.v, ctx.lay.schedule, mean(t_f), mean(t_b), mean(t_w))
+              + comm.pp_bubble_transfers(ctx))
+    slowest = np.take_along_axis(t_f + t_b, crit[:, None], axis=1)[:, 0]
+    return ctx.m * slowest + bubble, bubble, crit
 
 
 _PATTERN_FIELDS = ("rank", "count", "dense", "moe", "embedding", "head", "work")
+
+
+@lru_cache(maxsize=4096)
+def _pattern_table(model: ModelSpec, pp: int, vpp: int, schedule: int) -> np.ndarray:
+    """(K, fields) rank patterns of one pipeline (_PATTERN_FIELDS), as the rows `_patterns` gathers."""
+    return np.array([[float(getattr(pat, f)) for f in _PATTERN_FIELDS]
+                     for pat in rank_patterns(model, pp, vpp, schedule)])
 
 
 def _patterns(model: ModelSpec, lay: Layouts) -> dict[str, np.ndarray]:
     """(N, K) arrays describing the distinct rank patterns of each layout's pipeline (count 0 = padding)."""
     first, inverse = group_rows([lay.pp, lay.vpp, lay.schedule])
     uniq = zip(lay.pp[first], lay.vpp[first], lay.schedule[first], strict=True)
-    tables = [rank_patterns(model, int(p), int(v), int(sc)) for p, v, sc in uniq]
+    tables = [_pattern_table(model, int(p), int(v), int(sc)) for p, v, sc in uniq]
     k = max(len(tb) for tb in tables)
     table = np.zeros((len(first), k, len(_PATTERN_FIELDS)))
     for i, tb in enumerate(tables):
-        for j, pat in enumerate(tb):
-            table[i, j] = [float(getattr(pat, f)) for f in _PATTERN_FIELDS]
+        table[i, :len(tb)] = tb
     rows = table[inverse]  # one gather for all fields
     return {f: rows[:, :, i] for i, f in enumerate(_PATTERN_FIELDS)}
 
@@ -184,6 +274,10 @@ _LAYER_KEYS = ("tp", "cp", "ep", "etp", "mbs", "seq", "sp", "precision", "flash_
                "tp_overlap", "schedule", "dispatch", "redundant_experts", "ep_overlap")
 """The fields per-layer work depends on; pp, vpp, zero, gbs, p2p_overlap and pp_scatter_gather only change
 how the work is combined (pipeline transfers and the step)."""
+_COMPUTE_KEYS = ("tp", "cp", "ep", "etp", "mbs", "seq", "sp", "precision", "flash_attention", "redundant_experts")
+"""The fields a unit's compute alone depends on (compute.layer_time, head_time, embedding_time,
+mtp_extra_time): _LAYER_KEYS without the schedule (which only sets what hides the EP all-to-all) and without
+BOUND_FREE."""
 _GRID_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp", "schedule", "redundant_experts")
 """The fields data-parallel traffic depends on (group sizes and the parameters a rank holds)."""
 
@@ -296,6 +390,129 @@ def _peak_gib(rank_mem: memory.RankMemory, pat: dict[str, np.ndarray]) -> np.nda
     return np.where(pat["count"] > 0, rank_mem.total / 2**30, -np.inf).max(axis=1)
 
 
+BOUND_FREE = ("zero", "recompute", "tp_overlap", "dispatch", "ep_overlap")
+"""The fields `step_time_bound` holds across: the choices a search block leaves open."""
+
+
+def _units(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload, *,
+           compute_only: bool = False) -> tuple[dict[str, _Work], np.ndarray]:
+    """Each unit's work, computed once per distinct combination of the fields it depends on (_LAYER_KEYS;
+    _COMPUTE_KEYS for compute alone), and the map from every layout to its combination."""
+    first, inverse = _distinct(lay, _COMPUTE_KEYS if compute_only else _LAYER_KEYS)
+    return _unit_works(Ctx.build(model, cluster, lay.take(first), workload), compute_only), inverse
+
+
+def _rank_times(ctx: Ctx, pat: dict[str, np.ndarray], units: dict[str, _Work]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, comm.Comm]:
+    """(N, K) forward, backward (with the exposed stage-to-stage transfers) and weight-grad seconds of one
+    micro-batch per rank pattern, and the transfers."""
+    pp_mb = comm.pp_microbatch(ctx)
+    t_f = _per_rank(pat, units, lambda x: x.fwd)
+    t_b = _per_rank(pat, units, lambda x: x.bwd) + pp_mb.exposed[:, None]
+    return t_f, t_b, _per_rank(pat, units, lambda x: x.wgrad), pp_mb
+
+
+_PIPELINE_BATCH = 1 << 16
+"""Layouts per batch when only the pipeline term is wanted (each holds (N, K, 7) pattern arrays)."""
+
+
+def _pipeline_of(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, units: dict[str, _Work],
+                 inverse: np.ndarray, workload: Workload) -> np.ndarray:
+    """The pipeline seconds of each layout, its units' work being units[...][inverse[i]]."""
+    out = np.empty(len(lay))
+    for lo in range(0, len(lay), _PIPELINE_BATCH):
+        rows = np.arange(lo, min(lo + _PIPELINE_BATCH, len(lay)))
+        part = lay.take(rows)
+        ctx = Ctx.build(model, cluster, part, workload)
+        pat = _patterns(model, part)
+        t_f, t_b, t_w, _ = _rank_times(ctx, pat, {u: _take_work(w, inverse[rows], False) for u, w in units.items()})
+        out[rows] = _pipeline(ctx, pat, t_f, t_b, t_w)[0]
+    return out
+
+
+def pipeline_seconds(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM, *,
+                     compute_only: bool = False) -> np.ndarray:
+    """The pipeline term of each layout's step (evaluate_layouts: m times the slowest rank's micro-batch plus
+    the bubble), without the data-parallel traffic and the optimizer that the step adds to it.
+    `compute_only` leaves each unit's communication and recompute out (step_time_bound)."""
+    units, inverse = _units(model, cluster, lay, workload, compute_only=compute_only)
+    return _pipeline_of(model, cluster, lay, units, inverse, workload)
+
+
+BOUND_FREE = ("zero", "recompute", "tp_overlap", "dispatch", "ep_overlap")
+"""The fields `step_time_bound` holds across: the choices a search block leaves open."""
+
+
+def step_time_bound(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM
+                    ) -> np.ndarray:
+    """A lower bound on the step time of every valid layout that equals lay[i] except in BOUND_FREE fields
+    (whatever values lay holds in them): the pipeline term of `evaluate_layouts`, through the same
+    functions, with each unit's communication and recompute left out (pipeline_seconds, compute_only).
+
+    A search skips whole blocks of layouts on it, so it must never exceed a step time. It holds because
+    (each is a property tested in tests/test_bound.py, so that a cost-model change that breaks one fails a
+    test instead of losing the best layout):
+      1. on every rank, a unit's forward (backward) seconds on the critical path are at least its compute
+         alone (exposed communication and recompute are >= 0), and its weight-grad part equals it;
+      2. compute alone (the compute_only unit works), the stage-to-stage transfers (comm.pp_microbatch and
+         comm.pp_bubble_transfers) and the pipeline shape read none of BOUND_FREE, and compute alone not the
+         schedule either (_COMPUTE_KEYS);
+      3. schedule.bubble_time never falls when the ranks' t_f or t_b grows (t_w held);
+      4. what the step adds to the pipeline (exposed data-parallel traffic, the optimizer) is >= 0.
+    """
+    return pipeline_seconds(model, cluster, lay, workload, compute_only=True)
+
+
+def model_units(model: ModelSpec) -> dict[str, int]:
+    """How many of each unit (_UNITS) one micro-batch passes through in the whole pipeline: every layer, the
+    head and the embedding once. Summed over a pipeline's ranks, each rank's units times its work share are
+    these, whatever the schedule (tested over schedule.rank_patterns)."""
+    return {"dense": model.layers - model.moe_layer_count, "moe": model.moe_layer_count, "head": 1, "embedding": 1}
+
+
+def compute_floor(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM) -> np.ndarray:
+    """A lower bound on `step_time_bound` itself, so on every step time that covers, that needs no pipeline
+    shape and therefore holds across schedules too: m times one micro-batch's compute over the whole model
+    (model_units) spread evenly over the p ranks, i.e. the mean rank, which the slowest is not below; no
+    bubble (bubble_time and the fill-and-drain transfers are >= 0 for every valid pipeline, tested)."""
+    units, inverse = _units(model, cluster, lay, workload, compute_only=True)
+    counts = model_units(model)
+    total = sum(counts[u] * (w.compute_f + w.compute_b) for u, w in units.items())
+    return lay.microbatches(cluster.gpus) * total[inverse] / lay.pp
+
+
+def time_options_bound(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, options: Layouts, owner: np.ndarray,
+                       workload: Workload = UNIFORM) -> np.ndarray:
+    """A tighter lower bound than `step_time_bound`, communication included: for each layout lay[i], one on the
+    step time of every valid layout equal to one of its `options` (the rows whose `owner` is i: lay[i] with
+    each setting of the time-only fields it may take) except in zero and recompute.
+
+    The pipeline of lay[i] with each unit's forward and backward seconds the least over the options at
+    recompute none, and its weight-grad part the largest. It holds because (tested in tests/test_bound.py):
+      1. no unit's work, stage-to-stage transfer nor the pipeline shape reads zero;
+      2. recompute leaves a unit's forward seconds and weight-grad part unchanged and only adds to its
+         backward seconds (recompute none is the least);
+      3. the pipeline never falls when a rank's t_f or t_b grows or its t_w shrinks (schedule.bubble_time;
+         the slowest rank and the ranks' mean are monotone);
+      4. what the step adds to the pipeline (exposed data-parallel traffic, the optimizer) is >= 0.
+    A layout without options gets no bound (-inf).
+    """
+    options = dataclasses.replace(options, recompute=np.full(len(options), RC_NONE, dtype=options.recompute.dtype))
+    works, inverse = _units(model, cluster, options, workload)
+    n = len(lay)
+    has = np.bincount(owner, minlength=n) > 0
+    least: dict[str, _Work] = {}
+    for u, w in works.items():
+        fwd, bwd, wgrad = np.full(n, np.inf), np.full(n, np.inf), np.full(n, -np.inf)
+        np.minimum.at(fwd, owner, w.fwd[inverse])
+        np.minimum.at(bwd, owner, w.bwd[inverse])
+        np.maximum.at(wgrad, owner, w.wgrad[inverse])
+        fwd, bwd, wgrad = (np.where(has, x, 0.0) for x in (fwd, bwd, wgrad))
+        least[u] = _Work({}, {}, fwd, bwd, wgrad, fwd, bwd)
+    bound = _pipeline_of(model, cluster, lay, least, np.arange(n), workload)
+    return np.where(has, bound, -np.inf)
+
+
 def peak_memory_gib(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM) -> np.ndarray:
     """Peak allocated GiB of each layout's most loaded rank, without its time: what a search checks first,
     since a layout that cannot fit needs no step time."""
@@ -322,48 +539,25 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, br
     """
     n = len(lay)
     ctx = Ctx.build(model, cluster, lay, workload)
-    first, inverse = _distinct(lay, _LAYER_KEYS)
-    sub = Ctx.build(model, cluster, lay.take(first), workload)
-    kinds = [LayerKind.DENSE] + ([LayerKind.MOE] if model.moe_layer_count else [])
-    work = {kind: _take_work(_layer_work(sub, kind), inverse, breakdown) for kind in kinds}
-    if LayerKind.MOE not in work:
-        work[LayerKind.MOE] = _Work({}, {}, _zeros(n), _zeros(n), _zeros(n), _zeros(n), _zeros(n))
-    head = _take_work(_head_work(sub), inverse, breakdown)
-    embedding = _take_work(_embedding_work(sub), inverse, breakdown)
+    works, inverse = _units(model, cluster, lay, workload)
+    units = {u: _take_work(w, inverse, breakdown) for u, w in works.items()}
     pat = _patterns(model, lay)
-
-    def col(x: np.ndarray) -> np.ndarray:
-        return x[:, None]
-
-    dense, moe, w, has_head, has_emb = pat["dense"], pat["moe"], pat["work"], pat["head"], pat["embedding"]
+    dense, moe = pat["dense"], pat["moe"]
     real = pat["count"] > 0
 
-    def per_rank(get) -> np.ndarray:
-        d, mo, hd, em = get(work[LayerKind.DENSE]), get(work[LayerKind.MOE]), get(head), get(embedding)
-        return w * (dense * col(d) + moe * col(mo) + has_head * col(hd) + has_emb * col(em))
+    def per_rank(get: Callable[[_Work], np.ndarray]) -> np.ndarray:
+        return _per_rank(pat, units, get)
 
-    pp_mb = comm.pp_microbatch(ctx)
-    t_f = per_rank(lambda x: x.fwd)
-    t_b = per_rank(lambda x: x.bwd) + col(pp_mb.exposed)
-    t_w = per_rank(lambda x: x.wgrad)
+    t_f, t_b, t_w, pp_mb = _rank_times(ctx, pat, units)
     c_f = per_rank(lambda x: x.compute_f)
     c_b = per_rank(lambda x: x.compute_b)
-    t_mb = np.where(real, t_f + t_b, -np.inf)
-    crit = np.argmax(t_mb, axis=1)
+    pipeline, bubble, crit = _pipeline(ctx, pat, t_f, t_b, t_w)
 
     def pick(a: np.ndarray) -> np.ndarray:
         """The critical (slowest) rank's value."""
         return np.take_along_axis(a, crit[:, None], axis=1)[:, 0]
 
     m = ctx.m.astype(float)
-    p = ctx.p.astype(float)
-
-    def mean(a: np.ndarray) -> np.ndarray:
-        """Average over all p ranks (patterns weighted by how many ranks share them)."""
-        return (np.where(real, a, 0.0) * pat["count"]).sum(axis=1) / p
-
-    bubble = bubble_time(ctx.p, ctx.v, lay.schedule, mean(t_f), mean(t_b), mean(t_w)) + comm.pp_bubble_transfers(ctx)
-    pipeline = m * pick(t_mb) + bubble
 
     # Data-parallel traffic of rank 0 (pattern 0: the first stage finishes the pipeline last), computed
     # once per distinct parallel grid, then the optimizer over the parameters each rank updates.

@@ -20,14 +20,9 @@ import numpy as np
 from parplan.errors import InvalidStrategyError
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
+from parplan.names import DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES
 
-RECOMPUTE = ("none", "selective", "modules", "full")
-SCHEDULES = ("1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev")
-PRECISIONS = ("bf16", "fp8")
-DISPATCHERS = ("alltoall", "deepep", "deepep-fp8")
-"""How MoE tokens travel: alltoall sends every routed copy (Megatron's alltoall dispatcher); deepep sends
-one copy per destination node and forwards it over NVLink there (DeepEP, Megatron's flex dispatcher);
-deepep-fp8 also dispatches in fp8 (combine stays bf16), as DeepSeek-V3 trained."""
+__all__ = ["DISPATCHERS", "PRECISIONS", "RECOMPUTE", "SCHEDULES", "Layouts", "Rule", "Strategy", "valid_mask"]
 
 
 def scatter_gather_acts(tp: np.ndarray | int, pp: np.ndarray | int, sp: np.ndarray | bool) -> np.ndarray:
@@ -248,8 +243,8 @@ class Rule:
     ok: Callable[[Layouts, ModelSpec, ClusterSpec], np.ndarray]
     message: Callable[[Strategy, ModelSpec, ClusterSpec], str]
     time_only: bool = False
-    """Reads a field that changes the step time but not memory (dispatch, ep_overlap): the search checks it
-    when it expands those fields after the memory check."""
+    """Reads a field that changes the step time but not memory (tp_overlap, dispatch, ep_overlap): the search
+    checks it when it expands those fields after the memory check."""
 
 
 def _experts(m: ModelSpec) -> int:
@@ -299,7 +294,8 @@ RULES: tuple[Rule, ...] = (
          lambda s, m, c: f"with sequence parallelism tp={s.tp} must divide the {s.seq // s.cp} tokens per "
                          f"context-parallel rank"),
     Rule("tp_overlap_needs_sp", lambda lay, m, c: ~lay.tp_overlap | lay.sp,
-         lambda s, m, c: "tp_overlap needs sequence parallelism (Megatron --tp-comm-overlap asserts it)"),
+         lambda s, m, c: "tp_overlap needs sequence parallelism (Megatron --tp-comm-overlap asserts it)",
+         time_only=True),
     Rule("pp_layers", lambda lay, m, c: lay.pp * lay.vpp <= m.layers,
          lambda s, m, c: f"pp·vpp = {s.pp * s.vpp} virtual stages exceed the {m.layers} layers"),
     Rule("schedule_needs_pp", lambda lay, m, c: _sched(lay, "1f1b") | (lay.pp > 1),

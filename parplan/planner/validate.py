@@ -7,6 +7,7 @@ the same `evaluate` users call; no per-run factor exists anywhere.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -186,7 +187,9 @@ class RankResult:
     rank: int | None
     """1 when no fitting layout is predicted faster than the published one; None when it does not fit."""
     searched: int
-    """Valid layouts searched."""
+    """Valid layouts searched (costed, or proved slower by a bound)."""
+    left: int = 0
+    """Valid layouts the deadline left unsearched (0: the rank and the best are the exhaustive search's)."""
 
     @property
     def gap(self) -> float | None:
@@ -197,9 +200,11 @@ class RankResult:
         return self.best.tokens_per_s_per_gpu / est.tokens_per_s_per_gpu - 1
 
 
-def rank_runs(results: list[RunResult]) -> list[RankResult]:
+def rank_runs(results: list[RunResult], deadline: float | None = None,
+              progress: Callable[[int, int], None] | None = None) -> list[RankResult]:
     """For each evaluated run, search its job's whole layout space (precision fixed to the run's; tp and etp
-    beyond one NVLink domain allowed when the run used them) and count the fitting layouts predicted faster."""
+    beyond one NVLink domain allowed when the run used them) and count the fitting layouts predicted faster.
+    `deadline` and `progress` go to each search (search.plan)."""
     out = []
     for r in results:
         est = r.estimate
@@ -212,13 +217,13 @@ def rank_runs(results: list[RunResult]) -> list[RankResult]:
         space = SearchSpace(precision=(s.precision,), tp_in_domain=not beyond)
         try:
             found = plan(model, cluster, gbs=s.gbs, seq=s.seq, space=space, top=1,
-                         faster_than=est.tokens_per_s_per_gpu)
+                         faster_than=est.tokens_per_s_per_gpu, deadline=deadline, progress=progress)
         except ParplanError:
             out.append(RankResult(r, None, None, 0))
             continue
         best = found.plans[0] if found.plans else None
         rank = int(found.extra["faster"]) + 1 if est.fits else None
-        out.append(RankResult(r, best, rank, found.evaluated))
+        out.append(RankResult(r, best, rank, found.evaluated, found.left))
     return out
 
 
