@@ -12,7 +12,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from parplan.cli import bench, hardware, models
+from parplan.cli import bench, hardware, models, serve
 from parplan.cli._output import err_console
 from parplan.cli.calibrate import calibrate_command
 from parplan.cli.explain import explain
@@ -38,6 +38,8 @@ app.command("validate")(validate)
 app.command("export")(export_command)
 app.command("calibrate")(calibrate_command)
 app.add_typer(bench.app, name="bench")
+app.add_typer(serve.app, name="serve")
+serve.app.command("explain")(serve.explain)
 hardware.app.command("import-nccl-tests")(bench.import_nccl_tests)
 
 

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from parplan.cli._options import JsonOpt
 from parplan.cli._output import console, print_json
+from parplan.cli.serve import validate_serving
 from parplan.planner.validate import RankResult, load_runs, rank_runs, summarize, validate_runs
 
 
@@ -17,6 +18,10 @@ def _pct(value: float | None) -> str:
 
 
 def validate(
+    file: Annotated[str | None, typer.Argument(
+        help="With --serving: a measured-rows CSV or published-deployments YAML (default: the shipped data).")] = None,
+    serving: Annotated[bool, typer.Option("--serving", help="Validate serving deployments (TTFT, TPOT, "
+                                                            "throughput) instead of training runs.")] = False,
     data: Annotated[str | None, typer.Option(help="Runs YAML file (default: the shipped published runs).")] = None,
     tier: Annotated[str | None, typer.Option(help="Only runs of this tier (A, B or C).")] = None,
     group: Annotated[str | None, typer.Option(help="Only runs of this group (e.g. mbridge).")] = None,
@@ -24,7 +29,14 @@ def validate(
                                                       "layout among all layouts (slow: one search per run).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Evaluate every run in a data file of measured training runs and report the errors."""
+    """Evaluate every run in a data file of measured training runs (or, with --serving, of serving deployments)
+    and report the errors."""
+    if serving:
+        validate_serving(file, json_out)
+        return
+    if file is not None:
+        raise typer.BadParameter("a FILE argument goes with --serving; training runs are read with --data",
+                                 param_hint="FILE")
     runs = load_runs(data)
     if tier:
         runs = [r for r in runs if r.tier == tier]
