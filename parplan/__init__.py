@@ -12,7 +12,16 @@ from parplan.hardware import ClusterSpec, load_cluster
 from parplan.models import ModelSpec, load_model
 from parplan.planner import Estimate, Strategy, evaluate
 from parplan.planner.api import plan
-from parplan.serving import Deployment, Pool, Precision, ServingEstimate, Workload, serve_evaluate
+from parplan.serving import (
+    Deployment,
+    Pool,
+    Precision,
+    ServePlan,
+    ServingEstimate,
+    Workload,
+    serve_evaluate,
+    serve_plan,
+)
 
 __version__ = "0.1.0"
 
@@ -27,6 +36,7 @@ __all__ = [
     "ParplanError",
     "Pool",
     "Precision",
+    "ServePlan",
     "ServingEstimate",
     "Strategy",
     "UnknownPresetError",
@@ -38,4 +48,5 @@ __all__ = [
     "load_model",
     "plan",
     "serve_evaluate",
+    "serve_plan",
 ]

@@ -125,6 +125,36 @@ def test_scalar_equals_vectorised():
         assert one.ttft_ms == pytest.approx(float(ev.phase.ttft[i]) * 1e3, rel=1e-12)
 
 
+def test_passes_join_to_one_evaluation(monkeypatch):
+    """Many deployments run as cache-sized passes: the joined passes equal one pass over all of them."""
+    from parplan.serving import evaluate
+
+    pools = [Pool(tp=tp) for tp in (1, 2, 4, 8)] * 5
+    args = ([1024, 2048, 4096, 8192] * 5, [256, 512] * 10, list(range(3, 23)))
+    prec = Precision(gemm="fp8", moe="fp8")
+    whole = _agg(LLAMA70, "h100", "vllm", pools, *args, prec)
+    monkeypatch.setattr(evaluate, "CHUNK", 7)
+    parts = _agg(LLAMA70, "h100", "vllm", pools, *args, prec)
+    for a, b in ((whole.phase.ttft, parts.phase.ttft), (whole.phase.tpot, parts.phase.tpot),
+                 (whole.memory.max_batch, parts.memory.max_batch), (whole.phase.decode_step.experts,
+                                                                     parts.phase.decode_step.experts)):
+        assert np.array_equal(a, b)
+
+
+def test_disaggregated_decode_batch_balances():
+    """Disaggregated closed loop: the decode batch per rank is what the throughput keeps there, X × (time a
+    request decodes) / decode ranks (Little's law on the decode pool), and all C requests are in flight:
+    C = X × (TTFT + (OSL − 1)·TPOT)."""
+    d = Deployment(engine="sglang", precision=Precision(gemm="fp8", moe="fp8"), mode="disaggregated",
+                   prefill=Pool(tp=1, dp=8, moe_ep=8), decode=Pool(tp=1, dp=16, moe_ep=16))
+    for c in (64, 512, 1500):
+        est = serve_evaluate(DSV3, "h200", d, Workload(isl=2048, osl=512, concurrency=c))
+        x = est.requests_per_s
+        decoding = x * 511 * est.tpot_ms * 1e-3 / 16
+        assert est.state["decode_batch_per_rank"] == pytest.approx(decoding, rel=2e-3)
+        assert x * (est.ttft_ms + 511 * est.tpot_ms) * 1e-3 == pytest.approx(c, rel=2e-3)
+
+
 def test_more_concurrency_more_throughput_slower_tokens():
     """On one layout, a larger closed loop raises tokens/s per GPU and TPOT together (batching)."""
     ev = _agg(LLAMA70, "h200", "vllm", [Pool(tp=4)] * 4, [1024] * 4, [1024] * 4, [4, 16, 64, 256],

@@ -40,6 +40,7 @@ app.command("calibrate")(calibrate_command)
 app.add_typer(bench.app, name="bench")
 app.add_typer(serve.app, name="serve")
 serve.app.command("explain")(serve.explain)
+serve.app.command("plan")(serve.plan)
 hardware.app.command("import-nccl-tests")(bench.import_nccl_tests)
 
 

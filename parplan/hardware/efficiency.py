@@ -44,9 +44,16 @@ def _kernel_time(gpu: GPUSpec, m: np.ndarray, n: np.ndarray, k: np.ndarray, coun
     the best of a few tile shapes.
     """
     best = None
+    ceil_m: dict[int, np.ndarray] = {}  # tile counts along m and n, shared by the candidates of equal side
+    ceil_n: dict[int, np.ndarray] = {}
+    k_chunks = np.floor(k / 512)
     for (tm, tn), rate_factor in _tile_candidates(gpu):
-        tiles = np.ceil(m / tm) * np.ceil(n / tn) * count
-        splits = np.maximum(1.0, np.minimum(np.floor(gpu.sm_count / tiles), np.floor(k / 512)))
+        if tm not in ceil_m:
+            ceil_m[tm] = np.ceil(m / tm)
+        if tn not in ceil_n:
+            ceil_n[tn] = np.ceil(n / tn)
+        tiles = ceil_m[tm] * ceil_n[tn] * count
+        splits = np.maximum(1.0, np.minimum(np.floor(gpu.sm_count / tiles), k_chunks))
         waves = np.ceil(tiles * splits / gpu.sm_count)
         mainloop = 2.0 * tm * tn * (k / splits) / (per_sm_flops * rate_factor)
         t = waves * (mainloop + gpu.gemm_tile_overhead_us * 1e-6)

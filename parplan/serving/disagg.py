@@ -23,8 +23,10 @@ from parplan.serving.kvcache import gpu_sequence_bytes
 from parplan.serving.layout import PoolArrays
 from parplan.serving.step import StepModel, StepTime
 
-FIXED_POINT_ROUNDS = 12
-"""Damped iterations of the decode batch ↔ TPOT fixed point (the change is below 0.1% after ~8)."""
+BATCH_GRID = (32, 16)
+"""Decode batches at which the batch ↔ TPOT balance is evaluated, each round one vectorised step: geometric
+from 10⁻⁴ of the largest possible batch to it, then inside the bracket found; the root is interpolated in the
+last bracket (neighbours 1.35 apart, then 1.02)."""
 
 
 def kv_transfer_time(model: ModelSpec, cluster: ClusterSpec, kv_dtype: str, tokens: np.ndarray,
@@ -35,10 +37,87 @@ def kv_transfer_time(model: ModelSpec, cluster: ClusterSpec, kv_dtype: str, toke
     send = gpu_sequence_bytes(model, kv_dtype, tokens, prefill.tp, prefill.pp)
     recv = gpu_sequence_bytes(model, kv_dtype, tokens, decode.tp, decode.pp)
     together = prefill.gpus * prefill.workers + decode.gpus * decode.workers
+    return transfer_seconds(cluster, np.maximum(send, recv), together)
+
+
+def transfer_seconds(cluster: ClusterSpec, nbytes: np.ndarray, together: np.ndarray) -> np.ndarray:
+    """One transfer of `nbytes` per GPU between the pools: NVLink when all `together` GPUs share one scale-up
+    domain, the NIC otherwise (its measured bus bandwidth and one hop's latency)."""
     inside = together <= cluster.scaleup_domain
     bw = np.where(inside, cluster.scaleup.busbw_gbps, cluster.scaleout.busbw_gbps) * 1e9
     hop = np.where(inside, cluster.scaleup.ring_step_us, cluster.scaleout.ring_step_us) * 1e-6
-    return hop + np.maximum(send, recv) / bw
+    return hop + nbytes / bw
+
+
+def contention_wait(rate: np.ndarray, service: np.ndarray, servers: np.ndarray) -> np.ndarray:
+    """Mean wait of independent arrivals at `servers` deterministic servers of `service` seconds (M/D/c):
+    Sakasegawa's M/M/c approximation ρ^(√(2(c+1)) − 1) / (c(1 − ρ))·S, halved for deterministic service
+    (Allen-Cunneen's (c_a² + c_s²)/2 with c_s = 0); unbounded as the load ρ = λS/c reaches 1."""
+    rho = np.minimum(rate * service / servers, 0.999)
+    return 0.5 * rho ** (np.sqrt(2.0 * (servers + 1.0)) - 1.0) / (servers * (1.0 - rho)) * service
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillService:
+    """What one prefill rank does for a request (arrays over prefill layouts)."""
+
+    latency: np.ndarray
+    """Seconds from a prompt's first prefill step to its last on an idle rank."""
+    prompts: np.ndarray
+    """Prompts one prefill step carries (as many as the token budget holds, at most the pool's batch)."""
+    capacity: np.ndarray
+    """Prompts one rank prefills per second."""
+    step: StepTime
+
+
+def prefill_service(pre: StepModel, isl: np.ndarray, prompt: np.ndarray, chunk: float,
+                    prefill_batch: np.ndarray) -> PrefillService:
+    """A prefill rank's latency and capacity: k prompts per step (the budget's worth, at most prefill_batch),
+    a prompt longer than the budget over ⌈P / K⌉ steps when the engine chunks."""
+    n_p = prefill_steps(prompt, np.full_like(prompt, chunk), pre.engine.chunked_prefill)
+    per_step = np.where(prompt >= chunk, 1.0, np.maximum(1.0, np.floor(chunk / prompt)))
+    k = np.minimum(per_step, prefill_batch)
+    tokens = np.where(n_p > 1, chunk, k * prompt)
+    pp = pre.lay.pp
+    step = pre.step(0.0, 0.0, tokens / pp, (isl - prompt) + prompt / 2.0, k / pp, mixed=True)
+    latency = n_p * step.total
+    return PrefillService(latency=latency, prompts=k, capacity=k / latency, step=step)
+
+
+def decode_state(dec: StepModel, batch: np.ndarray, isl: np.ndarray, osl: np.ndarray, spec: float,
+                 tokens_per_step: float) -> tuple[StepTime, np.ndarray, np.ndarray]:
+    """(step, TPOT, seconds a request spends decoding) of a decode rank running `batch` sequences."""
+    step = dec.step(batch / dec.lay.pp, isl + (osl - 1) / 2.0, 0.0, 0.0, 0.0, spec=spec)
+    tpot = step.total / tokens_per_step
+    return step, tpot, np.maximum(osl - 1, 0) * tpot
+
+
+CLOSED_LOOP_ROUNDS = 40
+"""Bisection steps on the closed loop's throughput (relative precision 2⁻⁴⁰ of its bound)."""
+
+
+def closed_loop_rate(concurrency: np.ndarray, fixed: np.ndarray, latency: np.ndarray, slots: np.ndarray,
+                     cap: np.ndarray) -> np.ndarray:
+    """Requests/s a closed loop of `concurrency` requests sustains when each spends `fixed` seconds plus the
+    wait for one of `slots` prefill slots of `latency` seconds (contention_wait at that throughput), at most
+    `cap`: the X with X·(fixed + wait(X)) = C (Little's law), by bisection (the left side grows with X)."""
+    hi = np.minimum(concurrency / fixed, cap)
+    lo = np.zeros_like(hi)
+    for _ in range(CLOSED_LOOP_ROUNDS):
+        mid = 0.5 * (lo + hi)
+        over = mid * (fixed + contention_wait(mid, latency, slots)) > concurrency
+        lo, hi = np.where(over, lo, mid), np.where(over, mid, hi)
+    full = hi * (fixed + contention_wait(hi, latency, slots)) <= concurrency
+    return np.where(full, hi, lo)
+
+
+def first_token(request_ms: float, latency: np.ndarray, slots: np.ndarray, kv_transfer: np.ndarray,
+                throughput: np.ndarray) -> np.ndarray:
+    """TTFT without a closed-loop queue: the request's time outside the steps (the engine's request_ms), the
+    wait for one of the prefill pool's `slots` (ranks × prompts per step; M/D/c at the throughput), its
+    prefill `latency`, and its KV transfer."""
+    wait = contention_wait(throughput, latency, slots)
+    return request_ms * 1e-3 + wait + latency + kv_transfer
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,37 +146,57 @@ def disaggregated(pre: StepModel, dec: StepModel, *, isl: np.ndarray, osl: np.nd
     """Closed-loop steady state with `concurrency` requests over the whole deployment.
 
     decode_slots: requests one decode rank holds at most (its batch cap, or its KV cache); prefill_batch: most
-    prompts one prefill step takes (None-like inf: as many as the token budget holds)."""
+    prompts one prefill step takes (inf: as many as the token budget holds). Throughput is the smallest of what
+    the requests in flight allow at the light-load latency, what the prefill pool prefills and what the decode
+    slots carry; the decode batch it puts on each rank sets TPOT, the two solved together (the batch's root)."""
     p_lay, d_lay = pre.lay, dec.lay
-    chunked = pre.engine.chunked_prefill
-    n_p = prefill_steps(prompt, np.full_like(prompt, chunk), chunked)
-    per_step = np.where(prompt >= chunk, 1.0, np.maximum(1.0, np.floor(chunk / prompt)))
-    k = np.minimum(per_step, prefill_batch)
-    tokens = np.where(n_p > 1, chunk, k * prompt)
-    prefix = isl - prompt
-    pf = pre.step(0.0, 0.0, tokens / p_lay.pp, prefix + prompt / 2.0, k / p_lay.pp, mixed=True)
-    prefill_latency = n_p * pf.total
-    prefill_ranks = p_lay.workers * p_lay.dp
+    service = prefill_service(pre, isl, prompt, chunk, prefill_batch)
+    prefill_capacity = p_lay.workers * p_lay.dp * service.capacity
     decode_ranks = d_lay.workers * d_lay.dp
-    prefill_capacity = prefill_ranks * k / prefill_latency
-    overhead = pre.engine.knobs.request_ms * 1e-3
-    light = prefill_latency + kv_transfer + overhead
-    steps = np.maximum(osl - 1, 0) / tokens_per_step
-    ctx = isl + (osl - 1) / 2.0
-    batch = np.minimum(decode_slots, concurrency / decode_ranks)
-    for _ in range(FIXED_POINT_ROUNDS):
-        step = dec.step(batch / d_lay.pp, ctx, 0.0, 0.0, 0.0, spec=spec)
-        decode_time = steps * step.total
-        throughput = np.minimum.reduce([concurrency / (light + decode_time), prefill_capacity,
-                                        decode_ranks * decode_slots / np.maximum(decode_time, 1e-12)])
-        batch = 0.5 * batch + 0.5 * np.minimum(decode_slots, throughput * decode_time / decode_ranks)
-    step = dec.step(batch / d_lay.pp, ctx, 0.0, 0.0, 0.0, spec=spec)
-    tpot = step.total / tokens_per_step
-    decode_time = np.maximum(osl - 1, 0) * tpot
-    throughput = np.minimum.reduce([concurrency / (light + decode_time), prefill_capacity,
-                                    decode_ranks * decode_slots / np.maximum(decode_time, 1e-12)])
+    light = service.latency + kv_transfer + pre.engine.knobs.request_ms * 1e-3
+    slots = p_lay.workers * p_lay.dp * service.prompts
+
+    def balance(b: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(throughput, batch it puts on a decode rank) when each decode rank runs b sequences; arrays of
+        the deployments' shape with a trailing axis of n batches."""
+        def ext(x: np.ndarray) -> np.ndarray:
+            return np.repeat(col(x), n, axis=1).ravel()
+        rows = np.broadcast_to(np.arange(len(d_lay)), np.shape(light))
+        sub = StepModel(dec.model, dec.cluster, dec.engine, dec.precision, d_lay.take(np.repeat(rows, n)))
+        _, _, t_dec = decode_state(sub, b.ravel(), ext(isl), ext(osl), spec, tokens_per_step)
+        t_dec = t_dec.reshape(-1, n)
+        cap = np.minimum(col(prefill_capacity), col(decode_ranks * decode_slots) / np.maximum(t_dec, 1e-12))
+        x = closed_loop_rate(col(concurrency), col(light) + t_dec, col(service.latency), col(slots), cap)
+        return x, np.minimum(col(decode_slots), x * t_dec / col(decode_ranks))
+
+    def col(x: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(np.asarray(x, dtype=float), np.shape(light)).reshape(-1, 1)
+
+    # The batch b a decode rank settles at is where the balance returns it: g(b) − b falls as b grows (TPOT
+    # grows with b), from above 0 at a tiny batch to at most 0 at the largest batch possible. Evaluate g on a
+    # geometric grid in one step, interpolate the root in log b, and evaluate there.
+    top = np.maximum(np.minimum(decode_slots, concurrency / decode_ranks), 1e-9) * np.ones_like(light)
+    lo, hi = col(top)[:, 0] * 1e-4, col(top)[:, 0]
+    for points in BATCH_GRID:  # a coarse grid over the whole range, then a fine one inside the bracket
+        grid = np.exp(np.log(lo)[:, None] + np.linspace(0.0, 1.0, points)[None, :] * np.log(hi / lo)[:, None])
+        _, g = balance(grid, points)
+        gap = g - grid
+        above = gap > 0
+        k = np.clip(np.where(above.any(axis=1), points - 1 - np.argmax(above[:, ::-1], axis=1), 0), 0, points - 2)
+        rows = np.arange(len(grid))
+        lo, hi, f_lo, f_hi = grid[rows, k], grid[rows, k + 1], gap[rows, k], gap[rows, k + 1]
+        settled = gap[:, -1] >= 0  # even the largest batch is kept full
+        lo, hi = np.where(settled, grid[:, -1], lo), np.where(settled, grid[:, -1], hi)
+    w = np.where(f_lo > f_hi, np.clip(f_lo / np.maximum(f_lo - f_hi, 1e-30), 0.0, 1.0), 1.0)
+    batch = np.exp(np.log(lo) + w * (np.log(hi) - np.log(lo)))
+    batch = batch.reshape(np.shape(light))
+    step, tpot, decode_time = decode_state(dec, batch, isl, osl, spec, tokens_per_step)
+    throughput = closed_loop_rate(concurrency, light + decode_time, service.latency, slots,
+                                  np.minimum(prefill_capacity, decode_ranks * decode_slots / np.maximum(decode_time,
+                                                                                                      1e-12)))
+    own = first_token(pre.engine.knobs.request_ms, service.latency, slots, kv_transfer, throughput)
     in_flight_time = np.divide(concurrency, throughput, out=np.full_like(throughput, np.inf), where=throughput > 0)
-    ttft = np.maximum(light, in_flight_time - decode_time)
+    ttft = np.maximum(own, in_flight_time - decode_time)
     return DisaggResult(ttft=ttft, tpot=tpot, throughput=throughput, decode_batch=batch,
-                        prefill_utilisation=throughput / prefill_capacity, prefill_latency=prefill_latency,
-                        kv_transfer=kv_transfer, queue=ttft - light, prefill_step=pf, decode_step=step)
+                        prefill_utilisation=throughput / prefill_capacity, prefill_latency=service.latency,
+                        kv_transfer=kv_transfer, queue=ttft - light, prefill_step=service.step, decode_step=step)

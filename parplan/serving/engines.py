@@ -12,11 +12,13 @@ from typing import Any
 from parplan._input import read_yaml
 from parplan._mapping import dataclass_from_mapping
 from parplan._resources import data_dir
-from parplan.errors import ConfigError, UnknownPresetError
+from parplan.errors import ConfigError, InvalidStrategyError, UnknownPresetError
 from parplan.hardware.spec import GPUSpec
-from parplan.serving.spec import A2A_BACKENDS, ENGINES
+from parplan.serving.spec import A2A_BACKENDS, ENGINES, Pool
 
 MEMORY_MODES = ("total", "free", "reserve")
+MOE_LAYOUTS = ("any", "ep_or_tp")
+DP_ATTENTION_TP = ("any", "one")
 GIB = 2**30
 
 
@@ -86,12 +88,34 @@ class Engine:
     """MoE token exchange under attention DP by default."""
     deepep: bool
     """Whether DeepEP's kernels are available for multi-node expert parallelism."""
+    moe_layout: str
+    """Expert layouts it runs (MOE_LAYOUTS): any moe_tp × moe_ep, or only all-EP or all-TP experts."""
+    dp_attention_tp: str
+    """Attention TP inside a DP-attention rank (DP_ATTENTION_TP): any, or only one GPU per rank."""
+    pipeline: bool
+    """Whether it runs pipeline parallelism."""
     knobs: EngineKnobs
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     def default_kv_dtype(self, weights: str) -> str:
         """The KV-cache format the engine picks when not told, for weights stored as `weights`."""
         return "fp8" if self.quantized_kv and weights in ("fp8", "fp4") else "bf16"
+
+    def check_pool(self, pool: Pool, role: str = "") -> None:
+        """InvalidStrategyError, naming the rule and the engine, for a layout this engine cannot run."""
+        where = f"{role} pool: " if role else ""
+        gpus = pool.tp * pool.dp
+        if self.moe_layout == "ep_or_tp" and pool.moe_ep not in (1, gpus):
+            raise InvalidStrategyError(
+                f"{where}{self.label} spreads experts over all {gpus} GPUs of a stage (expert parallel) or "
+                f"tensor-shards every expert over them, nothing in between: moe_ep must be 1 or {gpus}, "
+                f"got {pool.moe_ep}")
+        if self.dp_attention_tp == "one" and pool.dp > 1 and pool.tp > 1:
+            raise InvalidStrategyError(
+                f"{where}{self.label}'s attention data parallelism runs one GPU per attention rank: with dp "
+                f"{pool.dp}, tp must be 1 (got {pool.tp})")
+        if not self.pipeline and pool.pp > 1:
+            raise InvalidStrategyError(f"{where}{self.label} does not run pipeline parallelism (pp {pool.pp})")
 
     def default_chunk_tokens(self, gpu: GPUSpec) -> int:
         for limit, tokens in self.chunk_tokens:
@@ -117,6 +141,9 @@ def _engine_from(name: str, raw: Any, file: str) -> Engine:
     spec = dataclass_from_mapping(_EngineFields, data, file, name)
     if spec.memory not in MEMORY_MODES:
         raise ConfigError(f"expected one of {', '.join(MEMORY_MODES)}", file=file, field=f"{name}.memory")
+    for key, allowed in (("moe_layout", MOE_LAYOUTS), ("dp_attention_tp", DP_ATTENTION_TP)):
+        if getattr(spec, key) not in allowed:
+            raise ConfigError(f"expected one of {', '.join(allowed)}", file=file, field=f"{name}.{key}")
     if spec.a2a not in A2A_BACKENDS[1:]:
         raise ConfigError(f"expected one of {', '.join(A2A_BACKENDS[1:])}", file=file, field=f"{name}.a2a")
     return Engine(name=name, chunk_tokens=tuple((float(a), int(b)) for a, b in chunks), max_running=max_running,
@@ -143,6 +170,9 @@ class _EngineFields:
     eager_prefill: bool
     a2a: str
     deepep: bool
+    moe_layout: str
+    dp_attention_tp: str
+    pipeline: bool
 
 
 def engines_file() -> Path:

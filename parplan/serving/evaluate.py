@@ -47,6 +47,13 @@ class Traffic:
                    concurrency=float(workload.concurrency or 0) * ones, mtp=workload.mtp,
                    acceptance=workload.acceptance)
 
+    def part(self, start: int, stop: int, size: int) -> Traffic:
+        """Entries start:stop of a workload of `size` deployments."""
+        def cut(x: np.ndarray) -> np.ndarray:
+            return np.broadcast_to(x, (size,))[start:stop]
+        return dataclasses.replace(self, isl=cut(self.isl), osl=cut(self.osl), prompt=cut(self.prompt),
+                                   concurrency=cut(self.concurrency))
+
     @property
     def spec(self) -> float:
         """Tokens a decoding sequence adds to a step: itself and its drafts."""
@@ -55,6 +62,31 @@ class Traffic:
     @property
     def tokens_per_step(self) -> float:
         return float(sum(self.acceptance**i for i in range(self.mtp + 1)))
+
+
+CHUNK = 16_384
+"""Deployments per numpy pass: arrays this long stay in the CPU caches, so many deployments run as passes of
+this size (a single pass over 100,000 takes twice the CPU time; benchmarks/serving_speed.py)."""
+
+
+def _joined(parts: list[Any], sizes: list[int]) -> Any:
+    """The evaluations of consecutive slices joined into one: per-deployment arrays concatenated, nested
+    dataclasses joined field by field, values common to all slices kept."""
+    first = parts[0]
+    if dataclasses.is_dataclass(first):
+        return type(first)(**{f.name: _joined([getattr(p, f.name) for p in parts], sizes)
+                              for f in dataclasses.fields(first)})
+    if isinstance(first, np.ndarray) and first.ndim >= 1:
+        return np.concatenate([np.broadcast_to(p, (n, *np.shape(p)[1:])) for p, n in zip(parts, sizes, strict=True)])
+    return first
+
+
+def _in_passes(evaluate: Callable[[int, int], Any], size: int) -> Any:
+    """evaluate(start, stop) over consecutive slices of at most CHUNK deployments, joined."""
+    if size <= CHUNK:
+        return evaluate(0, size)
+    bounds = [(s, min(s + CHUNK, size)) for s in range(0, size, CHUNK)]
+    return _joined([evaluate(a, b) for a, b in bounds], [b - a for a, b in bounds])
 
 
 def _max_running(engine: Engine, memory: ServingMemory, lay: PoolArrays) -> np.ndarray:
@@ -76,6 +108,11 @@ def evaluate_aggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine, 
                         lay: PoolArrays, traffic: Traffic, chunk: float | None = None,
                         open_loop: bool = False) -> AggregatedEval:
     """Aggregated deployments: each worker's attention ranks share the concurrency evenly."""
+    size = len(lay)
+    if size > CHUNK:
+        return _in_passes(lambda a, b: evaluate_aggregated(
+            model, cluster, engine, precision, lay.take(np.arange(a, b)), traffic.part(a, b, size), chunk,
+            open_loop), size)
     k = float(chunk or engine.default_chunk_tokens(cluster.gpu))
     mem = serving_memory(model, cluster, engine, precision, lay, k, resident_tokens(engine, traffic.isl, traffic.osl),
                          mtp=traffic.mtp > 0)
@@ -138,12 +175,11 @@ def requests_per_s(ev: AggregatedEval | DisaggregatedEval) -> np.ndarray:
     return ev.phase.throughput
 
 
-def for_rate(evaluate: Callable[[np.ndarray], AggregatedEval | DisaggregatedEval], rate: np.ndarray
-             ) -> tuple[AggregatedEval | DisaggregatedEval, np.ndarray]:
+def for_rate(evaluate: Callable[[np.ndarray], Any], rate: np.ndarray) -> tuple[Any, np.ndarray, np.ndarray]:
     """An open loop of `rate` requests/s as the closed loop carrying it: Little's law puts C = rate × latency
     requests in flight, and the closed loop's throughput grows with C until the deployment saturates, so the
-    C whose throughput is the rate is found by bisection. Returns the evaluation there and where the rate
-    exceeds what the deployment can carry at all (overloaded: the queue grows without bound)."""
+    C whose throughput is the rate is found by bisection. Returns the evaluation there, where the rate exceeds
+    what the deployment can carry at all (overloaded: the queue grows without bound), and that C."""
     lo = np.full(np.shape(rate), 1e-3)
     hi = np.full(np.shape(rate), MAX_IN_FLIGHT)
     for _ in range(RATE_ROUNDS):
@@ -152,7 +188,7 @@ def for_rate(evaluate: Callable[[np.ndarray], AggregatedEval | DisaggregatedEval
         lo = np.where(below, mid, lo)
         hi = np.where(below, hi, mid)
     ev = evaluate(hi)
-    return ev, requests_per_s(ev) < rate * (1 - 1e-6)
+    return ev, requests_per_s(ev) < rate * (1 - 1e-6), hi
 
 
 # ------------------------------------------------------------------------------------------- one deployment
@@ -238,8 +274,8 @@ def serve_evaluate(model: str | ModelSpec, cluster: str | ClusterSpec, deploymen
     """Predict one serving deployment (the library call behind `parplan serve explain`)."""
     m = load_model(model)
     cl = load_cluster(cluster, gpus=deployment.gpus) if not isinstance(cluster, ClusterSpec) else cluster
-    check_deployment(m, cl, deployment, workload)
     engine = load_engine(deployment.engine)
+    check_deployment(m, cl, deployment, workload, engine)
     traffic = Traffic.of(workload)
     notes: list[str] = []
     open_loop = workload.rate is not None
@@ -250,7 +286,7 @@ def serve_evaluate(model: str | ModelSpec, cluster: str | ClusterSpec, deploymen
             return evaluate_aggregated(m, cl, engine, deployment.precision, lay, dataclasses.replace(
                 traffic, concurrency=c), deployment.chunk_tokens, open_loop=open_loop)
         if open_loop:
-            ev, overloaded = for_rate(run, np.array([workload.rate]))
+            ev, overloaded, _ = for_rate(run, np.array([workload.rate]))
         else:
             ev, overloaded = run(traffic.concurrency), np.array([False])
         ph = ev.phase
@@ -268,7 +304,7 @@ def serve_evaluate(model: str | ModelSpec, cluster: str | ClusterSpec, deploymen
             return evaluate_disaggregated(m, cl, engine, deployment.precision, p_lay, d_lay, dataclasses.replace(
                 traffic, concurrency=c), deployment.chunk_tokens)
         if open_loop:
-            ev, overloaded = for_rate(run_d, np.array([workload.rate]))
+            ev, overloaded, _ = for_rate(run_d, np.array([workload.rate]))
         else:
             ev, overloaded = run_d(traffic.concurrency), np.array([False])
         ph = ev.phase

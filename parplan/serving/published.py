@@ -22,6 +22,7 @@ other than vLLM / SGLang / TensorRT-LLM, and figures whose unit the source leave
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -332,7 +333,8 @@ def read_published_yaml(path: str | Path) -> list[Case]:
                 raise ParplanError(REFUSED_KINDS[kind])
             if kind not in ADAPTERS:
                 raise ParplanError(f"a kind of measurement ({kind!r}) the serving model does not reproduce")
-            cases.append(ADAPTERS[kind](entry, _engine(entry)))
+            case = ADAPTERS[kind](entry, _engine(entry))
+            cases.append(dataclasses.replace(case, tags={**case.tags, "engine": case.engine}))
         except ConfigError as e:
             if e.file:
                 raise

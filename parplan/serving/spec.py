@@ -15,10 +15,14 @@ aiconfigurator define it; request latency = TTFT + (OSL − 1)·TPOT.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from parplan.errors import ConfigError, InvalidStrategyError
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from parplan.serving.engines import Engine
 
 ENGINES = ("vllm", "sglang", "trtllm")
 MODES = ("aggregated", "disaggregated")
@@ -272,14 +276,15 @@ def check_pool(model: ModelSpec, cluster: ClusterSpec, pool: Pool, precision: Pr
             raise InvalidStrategyError(where + why)
 
 
-def check_deployment(model: ModelSpec, cluster: ClusterSpec, deployment: Deployment, workload: Workload) -> None:
-    """Every pool runnable and the workload within the model's context."""
-    if deployment.mode == "aggregated":
-        check_pool(model, cluster, deployment.pool, deployment.precision)  # type: ignore[arg-type]
-    else:
-        check_pool(model, cluster, deployment.prefill, deployment.precision, "prefill")  # type: ignore[arg-type]
-        check_pool(model, cluster, deployment.decode, deployment.precision, "decode")  # type: ignore[arg-type]
+def check_deployment(model: ModelSpec, cluster: ClusterSpec, deployment: Deployment, workload: Workload,
+                     engine: Engine | None = None) -> None:
+    """Every pool runnable (by the engine too, when given) and the workload within the model's context."""
+    roles = (("", deployment.pool),) if deployment.mode == "aggregated" else (
+        ("prefill", deployment.prefill), ("decode", deployment.decode))
+    for role, pool in roles:
+        check_pool(model, cluster, pool, deployment.precision, role)  # type: ignore[arg-type]
+        if engine is not None:
+            engine.check_pool(pool, role)  # type: ignore[arg-type]
     if workload.isl + workload.osl > model.max_position:
         raise ConfigError(f"isl + osl = {workload.isl + workload.osl} exceeds the model's context of "
                           f"{model.max_position} tokens", field="isl")
-

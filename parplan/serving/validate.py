@@ -126,7 +126,7 @@ def evaluate_cases(cases: Iterable[Case], engines: Mapping[str, Engine] | None =
             continue
         try:
             check_deployment(_model(case.model), _cluster(case.cluster), case.deployment,  # type: ignore[arg-type]
-                             case.workload)  # type: ignore[arg-type]
+                             case.workload, load_engine(case.engine))  # type: ignore[arg-type]
         except ParplanError as e:
             results[i] = CaseResult(case, {}, str(e))
             continue
