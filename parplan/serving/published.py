@@ -6,9 +6,8 @@ per measured figure, named as the file names it:
 - e2e_serving_fixed_concurrency (aiconfigurator's curated rows): TTFT and TPOT of a closed loop;
 - e2e_offline (TensorRT-LLM perf overview and best-practice blogs): output tokens/s per GPU with every
   request queued (throughput at the batch the engine holds) or at a stated concurrency;
-- e2e_static_batch (TensorRT-LLM v0.6.1): output tokens/s per GPU of a static batch (one prefill of the batch,
-  then its decode);
-- prefill_latency (TensorRT-LLM v0.5): first-token latency of one prompt;
+- e2e_static_batch: output tokens/s per GPU of a static batch (one prefill of the batch, then its decode);
+- prefill_latency: first-token latency of one prompt;
 - phase_latency_profile (Splitwise's profiling database): one prefill step of b prompts, one decode step of b
   sequences;
 - phase_isolated / profile_derived (SGLang and DeepSeek EP deployments): prefill tokens/s per GPU of a prefill
@@ -17,7 +16,9 @@ per measured figure, named as the file names it:
 
 Everything else (production averages, headlines, layout-only entries, MLPerf runs whose input lengths the
 dataset defines) is kept as a case refused with the reason, as are entries on GPUs without a preset, engines
-other than vLLM / SGLang / TensorRT-LLM, and figures whose unit the source leaves ambiguous.
+other than vLLM / SGLang / TensorRT-LLM (and TensorRT-LLM before 1.0: the shipped static-batch and
+first-token tables, v0.5/v0.6.1, ran compiled TensorRT engines, not the PyTorch backend the engine facts
+describe), and figures whose unit the source leaves ambiguous.
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ def _engine(entry: _Entry) -> str:
         raise ParplanError("the engine is not stated")
     for word, name in ENGINE_WORDS:
         if word in text:
+            if name == "trtllm" and re.search(r"\bv0\.\d", text):
+                raise ParplanError("TensorRT-LLM before 1.0 ran compiled TensorRT engines (gptSessionBenchmark); the "
+                                   "engine facts describe the PyTorch backend of 1.0 and later")
             return name
     raise ParplanError(f"engine {entry.raw.get('engine')!r} is not one of vLLM, SGLang, TensorRT-LLM")
 
