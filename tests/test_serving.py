@@ -219,3 +219,22 @@ def test_bad_workloads_and_layouts():
     with pytest.raises(InvalidStrategyError, match="fp8"):
         serve_evaluate(LLAMA70, "a100-80gb", Deployment(engine="vllm", precision=Precision(gemm="fp8", moe="fp8"),
                                                         pool=Pool(tp=8)), Workload(isl=10, osl=10, concurrency=1))
+
+
+def test_fit_loss_caps_each_row_and_reports_ape():
+    """The calibration's loss: mean |log(pred/meas)| of TPOT (×1.5) and TTFT, each row capped (0.7, 1.2), so
+    a row off by 10× weighs as one off by 2×; its report is the median |pred/meas − 1|."""
+    from parplan.serving.calibrate import loss, median_ape
+    from parplan.serving.cases import Case
+    from parplan.serving.validate import CaseResult
+
+    def result(tpot_ratio: float, ttft_ratio: float) -> CaseResult:
+        case = Case(id="x", source="", model="m", system="s", cluster=None, engine="vllm", deployment=None,
+                    workload=None, measured={"tpot_ms": 10.0, "ttft_ms": 100.0})
+        return CaseResult(case, {"tpot_ms": 10.0 * tpot_ratio, "ttft_ms": 100.0 * ttft_ratio}, None)
+
+    rows = [result(1.1, 1.0), result(0.5, 1.0), result(0.1, 20.0)]
+    assert median_ape(rows, "tpot_ms") == pytest.approx(0.5)  # APEs 0.1, 0.5, 0.9
+    # TPOT: (ln 1.1 + ln 2 + 0.7 capped) / 3 × 1.5; TTFT: (0 + 0 + 1.2 capped) / 3
+    expected = 1.5 * (np.log(1.1) + np.log(2.0) + 0.7) / 3 + 1.2 / 3
+    assert loss(rows) == pytest.approx(expected)
