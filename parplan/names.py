@@ -1,4 +1,5 @@
-"""The names users choose from: a layout's categorical settings and the frameworks plans are written for.
+"""The names users choose from: a layout's categorical settings, the frameworks plans are written for, and the
+serving engines and formats.
 
 Plain tuples with no imports, so that the command line can list them in its help without loading numpy or
 the cost model; `parplan.planner.strategy` and `parplan.export` read them from here.
@@ -13,3 +14,14 @@ one copy per destination node and forwards it over NVLink there (DeepEP, Megatro
 deepep-fp8 also dispatches in fp8 (combine stays bf16), as DeepSeek-V3 trained."""
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
 """Each is the module parplan.export.<name>, imported when first used."""
+ENGINES = ("vllm", "sglang", "trtllm")
+"""Serving engines (parplan.serving.engines holds what each runs and how)."""
+MODES = ("aggregated", "disaggregated")
+WEIGHT_DTYPES = ("bf16", "fp8", "fp4", "int4")
+"""Weights of a group of linears: fp4 is NVFP4/MXFP4 (tensor cores on Blackwell, dequantised elsewhere), int4 is
+weight-only (W4A16)."""
+KV_DTYPES = ("bf16", "fp8", "fp4")
+A2A_BACKENDS = ("auto", "allgather", "alltoall", "deepep")
+"""How MoE tokens reach their experts under attention data parallelism: gather every rank's tokens and
+reduce-scatter the outputs (vLLM's allgather_reducescatter, SGLang's DP gather), a NCCL/NVLink all-to-all
+(TensorRT-LLM), DeepEP (normal kernels for prefill, low-latency kernels for decode), or the engine's default."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from parplan.cli import bench, hardware, models
+from parplan.cli import bench, hardware, models, serve
 from parplan.cli.calibrate import calibrate_command
 from parplan.cli.explain import explain
 from parplan.cli.export import export_command
@@ -14,7 +14,7 @@ from parplan.cli.validate import validate
 
 app = typer.Typer(
     name="parplan",
-    help="Plan how to split an LLM training run over a GPU cluster.",
+    help="Plan how to split an LLM training run, or a serving deployment, over a GPU cluster.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -28,4 +28,7 @@ app.command("validate")(validate)
 app.command("export")(export_command)
 app.command("calibrate")(calibrate_command)
 app.add_typer(bench.app, name="bench")
+app.add_typer(serve.app, name="serve")
+serve.app.command("explain")(serve.explain)
+serve.app.command("plan")(serve.plan)
 hardware.app.command("import-nccl-tests")(bench.import_nccl_tests)

@@ -19,6 +19,10 @@ def _pct(value: float | None) -> str:
 
 
 def validate(
+    file: Annotated[str | None, typer.Argument(
+        help="With --serving: a measured-rows CSV or published-deployments YAML (default: the shipped data).")] = None,
+    serving: Annotated[bool, typer.Option("--serving", help="Validate serving deployments (TTFT, TPOT, "
+                                                            "throughput) instead of training runs.")] = False,
     data: Annotated[str | None, typer.Option(help="Runs YAML file (default: the shipped published runs).")] = None,
     tier: Annotated[str | None, typer.Option(help="Only runs of this tier (A, B or C).")] = None,
     group: Annotated[str | None, typer.Option(help="Only runs of this group (e.g. mbridge).")] = None,
@@ -27,7 +31,16 @@ def validate(
     time_limit: TimeLimitOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Evaluate every run in a data file of measured training runs and report the errors."""
+    """Evaluate every run in a data file of measured training runs (or, with --serving, of serving deployments)
+    and report the errors."""
+    if serving:
+        from parplan.cli.serve import validate_serving
+
+        validate_serving(file, json_out)
+        return
+    if file is not None:
+        raise typer.BadParameter("a FILE argument goes with --serving; training runs are read with --data",
+                                 param_hint="FILE")
     from parplan.planner.validate import load_runs, rank_runs, summarize, validate_runs
 
     until = deadline(time_limit)

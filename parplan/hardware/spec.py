@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from parplan.errors import ConfigError
 
-DTYPES = ("bf16", "fp16", "fp8", "tf32")
+DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +61,11 @@ class GPUSpec:
     @property
     def supports_fp8(self) -> bool:
         return "fp8" in self.peak_tflops
+
+    @property
+    def supports_fp4(self) -> bool:
+        """FP4 tensor cores (Blackwell NVFP4/MXFP4); elsewhere 4-bit weights are dequantised for the GEMM."""
+        return "fp4" in self.peak_tflops
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
