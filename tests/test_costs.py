@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import ANY_STACK
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -184,9 +185,9 @@ def test_scalar_and_vectorised_paths_agree():
     """evaluate() on one layout equals the batch path on a batch containing it (one formula, one place)."""
     model, cluster = load_model("llama3.1-8b"), load_cluster("h100", gpus=64)
     strategies = _valid_layouts(model, cluster, n=60)
-    ev = evaluate_layouts(model, cluster, Layouts.from_strategies(strategies))
+    ev = evaluate_layouts(model, cluster, Layouts.from_strategies(strategies), stack=ANY_STACK)
     for i in (0, 17, 42, 59):
-        one = evaluate(model, cluster, strategies[i])
+        one = evaluate(model, cluster, strategies[i], stack=ANY_STACK)
         assert one.step_time_s == pytest.approx(float(ev.step_time_s[i]), rel=1e-12)
         assert one.memory_gib == pytest.approx(float(ev.memory_gib[i]), rel=1e-12)
 
@@ -200,7 +201,7 @@ def test_raising_zero_never_raises_memory(tp, pp, mbs, recompute, seq):
     for zero in range(4):
         s = Strategy(tp=tp, pp=pp, mbs=mbs, recompute=recompute, seq=seq, gbs=256, zero=zero)
         s.check(model, cluster)
-        mems.append(evaluate(model, cluster, s).memory_gib)
+        mems.append(evaluate(model, cluster, s, stack=ANY_STACK).memory_gib)
     assert all(a >= b - 1e-9 for a, b in itertools.pairwise(mems))
 
 
@@ -214,7 +215,7 @@ def test_adding_recompute_never_lowers_step_time(tp, pp, zero, flash, cp):
         s = Strategy(tp=tp, pp=pp, zero=zero, cp=cp, recompute=recompute, gbs=128, seq=4096,
                      flash_attention=flash or cp > 1)
         s.check(model, cluster)
-        times.append(evaluate(model, cluster, s).step_time_s)
+        times.append(evaluate(model, cluster, s, stack=ANY_STACK).step_time_s)
     # The search's dominance pruning relies on this order (search._DOMINANCE).
     assert all(a <= b + 1e-12 for a, b in itertools.pairwise(times))
 
@@ -224,7 +225,7 @@ def test_positive_and_finite_for_valid_layouts(name):
     model = load_model(name)
     cluster = load_cluster("h100", gpus=64)
     strategies = _valid_layouts(model, cluster, n=60, seed=1)
-    ev = evaluate_layouts(model, cluster, Layouts.from_strategies(strategies))
+    ev = evaluate_layouts(model, cluster, Layouts.from_strategies(strategies), stack=ANY_STACK)
     for arr in (ev.step_time_s, ev.memory_gib, ev.mfu, ev.tokens_per_s_per_gpu):
         assert np.isfinite(arr).all() and (arr > 0).all()
     for comp in ev.time_exposed.values():
@@ -306,7 +307,7 @@ def test_optimizer_step_traffic(zero, pp, adam_share, buffer_share):
     model = _gpt()
     dp = 1 if zero == 0 else 2
     cluster = load_cluster("a100-80gb", gpus=8 * pp * dp)
-    est = evaluate(model, cluster, Strategy(tp=8, pp=pp, zero=zero, sp=True, gbs=4 * dp, seq=2048))
+    est = evaluate(model, cluster, Strategy(tp=8, pp=pp, zero=zero, sp=True, gbs=4 * dp, seq=2048), stack=ANY_STACK)
     stage_params = [st["memory_gib"]["weights"] * 2**30 / 2 for st in est.stages]  # bf16: 2 B per parameter
     nbytes = max(stage_params) * (38 * adam_share + 4 * buffer_share)
     assert est.time_breakdown["optimizer"]["seconds"] == pytest.approx(nbytes / (2.039e12 * 0.85) + 5 * 4e-6,

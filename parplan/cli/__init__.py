@@ -12,7 +12,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from parplan.cli import bench, hardware, models
+from parplan.cli import bench, hardware, models, stacks
 from parplan.cli._output import err_console
 from parplan.cli.calibrate import calibrate_command
 from parplan.cli.explain import explain
@@ -31,6 +31,7 @@ app = typer.Typer(
 )
 app.add_typer(models.app, name="models")
 app.add_typer(hardware.app, name="hardware")
+app.add_typer(stacks.app, name="stacks")
 app.command("plan")(plan_command)
 app.command("explain")(explain)
 app.command("scale")(scale_command)

@@ -10,23 +10,27 @@ import typer
 from rich.table import Table
 
 from parplan._input import read_yaml, write_yaml
-from parplan.cli._options import ClusterOpt, JsonOpt
+from parplan.cli._options import ClusterOpt, JsonOpt, RunsCompileOpt, RunsStackOpt
 from parplan.cli._output import console, print_json
 from parplan.hardware import load_cluster
 from parplan.hardware.presets import preset_names
 from parplan.planner.calibrate import calibrate
-from parplan.planner.validate import load_runs
+from parplan.planner.validate import load_runs, with_compile
+from parplan.stacks import load_stack
 
 
 def calibrate_command(
     runs: Annotated[Path, typer.Option(help="Runs YAML in the published-runs format (see README).")],
     cluster: ClusterOpt,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the calibrated cluster profile here.")] = None,
+    stack: RunsStackOpt = None,
+    compile: RunsCompileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Fit compute efficiency and overlap costs to measured step times; print the error before and after."""
     spec = load_cluster(cluster)
-    result = calibrate(load_runs(runs), spec)
+    override = load_stack(stack, compile=compile) if stack is not None else None
+    result = calibrate(with_compile(load_runs(runs), compile), spec, override)
     cal = dataclasses.asdict(result.calibration)
     if out is not None:
         if cluster.lower() in preset_names():

@@ -8,17 +8,35 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from parplan.cli._options import ClusterOpt, ExpertLoadOpt, GpusOpt, JsonOpt, ModelOpt, SeqOpt
+from parplan.cli._options import (
+    ClusterOpt,
+    CompileOpt,
+    ExpertLoadOpt,
+    GpusOpt,
+    JsonOpt,
+    ModelOpt,
+    SeqOpt,
+    StackOpt,
+)
 from parplan.cli._output import console, kv_table, print_json
 from parplan.hardware import load_cluster
 from parplan.models import load_model
 from parplan.planner.estimate import MEMORY_COMPONENTS, TIME_COMPONENTS, Estimate, evaluate
 from parplan.planner.explain import bottleneck
 from parplan.planner.moe import MoESection, moe_section
-from parplan.planner.strategy import DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES, Strategy
+from parplan.planner.strategy import (
+    BLOCKS_PREFIX,
+    DISPATCHERS,
+    PRECISIONS,
+    RECOMPUTE,
+    SCHEDULES,
+    Strategy,
+    recompute_label,
+)
 from parplan.planner.timeline import Timeline, render, simulate
 from parplan.planner.workload import parse_expert_load
 from parplan.plots import memory_bars, plot_estimate, stage_label
+from parplan.stacks import DEFAULT_STACK, load_stack
 
 
 def _choice(value: str, options: tuple[str, ...], name: str) -> str:
@@ -41,7 +59,11 @@ def explain_args(s: Strategy) -> list[str]:
         if field.name not in _ALWAYS and value == getattr(default, field.name):
             continue
         option = "--" + field.name.replace("_", "-")
-        if field.name == "flash_attention":
+        if field.name == "recompute_blocks":
+            continue  # written with recompute, as blocks:F
+        if field.name == "recompute":
+            args += [option, recompute_label(s.recompute, s.recompute_blocks)]
+        elif field.name == "flash_attention":
             args += ["--attention", "flash" if value else "unfused"]
         elif isinstance(value, bool):
             args.append(option if value else option.replace("--", "--no-", 1))
@@ -62,7 +84,8 @@ def explain(
     vpp: Annotated[int, typer.Option(min=1, help="Model chunks per pipeline rank (interleaving).")] = 1,
     zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = Megatron distributed optimizer).")] = 1,
     sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Megatron sequence parallelism.")] = True,
-    recompute: Annotated[str, typer.Option(help=", ".join(RECOMPUTE) + ".")] = "none",
+    recompute: Annotated[str, typer.Option(
+        help=", ".join(RECOMPUTE) + ", or blocks:F (full recompute of a fraction F of the blocks).")] = "none",
     mbs: Annotated[int, typer.Option(min=1, help="Micro-batch size (sequences).")] = 1,
     gbs: Annotated[int | None, typer.Option(min=1, help="Global batch (sequences); default dp·mbs.")] = None,
     seq: SeqOpt = 4096,
@@ -86,13 +109,16 @@ def explain(
         help="Without SP, send 1/tp of each stage-boundary tensor per TP rank and all-gather it "
              "(Megatron-LM before Megatron-Core, DeepSpeed's pipeline engine).")] = False,
     expert_load: ExpertLoadOpt = None,
+    stack: StackOpt = DEFAULT_STACK,
+    compile: CompileOpt = None,
     timeline: Annotated[bool, typer.Option("--timeline", help="Draw the pipeline schedule.")] = False,
     plot: Annotated[str | None, typer.Option(help="Write time and memory charts to this PNG (parplan[plot]).")]
     = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Predict one layout: step time, tokens/s/GPU, MFU, memory per GPU, and where the time goes."""
-    _choice(recompute, RECOMPUTE, "recompute")
+    if not recompute.startswith(BLOCKS_PREFIX):
+        _choice(recompute, RECOMPUTE, "recompute")
     _choice(precision, PRECISIONS, "precision")
     _choice(attention, ("flash", "unfused"), "attention")
     _choice(dispatch, DISPATCHERS, "dispatch")
@@ -117,8 +143,9 @@ def explain(
     if not p2p_overlap and strategy.p2p_overlap:
         raise typer.BadParameter("acts only on the interleaved schedule with pp > 1 (1F1B and ZB wait for their "
                                  "transfers, DualPipe always overlaps them)", param_hint="--no-p2p-overlap")
-    est = evaluate(model_spec, cluster_spec, strategy, workload=workload)
-    moe = moe_section(model_spec, cluster_spec, est, workload)
+    stack_spec = load_stack(stack, compile=compile)
+    est = evaluate(model_spec, cluster_spec, strategy, workload=workload, stack=stack_spec)
+    moe = moe_section(model_spec, cluster_spec, est, workload, stack_spec)
     sentence = bottleneck(est, cluster_spec)
     if plot:
         plot_estimate(est, plot)
@@ -126,6 +153,7 @@ def explain(
         doc = est.as_dict()
         doc["model_source"] = model
         doc["cluster_source"] = cluster
+        doc["stack_source"] = stack
         doc["bottleneck"] = sentence
         doc["moe"] = moe.as_dict() if moe else None
         if timeline:
@@ -165,6 +193,7 @@ def show_estimate(est: Estimate, sentence: str, moe: MoESection | None = None) -
         f"{est.model} on {est.gpus}× {est.cluster}",
         [
             ("layout", est.strategy.describe(est.gpus)),
+            ("stack", est.stack + (" (compiled)" if est.compile else "")),
             ("step time", f"{est.step_time_s:.3f} s"),
             ("throughput", f"{est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU ({est.tokens_per_s:,.0f} tokens/s)"),
             ("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}"),

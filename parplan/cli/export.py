@@ -17,6 +17,8 @@ from parplan.export import FRAMEWORKS, Launch, export
 from parplan.hardware import load_cluster
 from parplan.models import load_model
 from parplan.planner.strategy import Strategy
+from parplan.stacks import DEFAULT_STACK, StackSpec, load_stack
+from parplan.stacks.support import check_stack
 
 _FIELDS = {f.name for f in dataclasses.fields(Strategy)}
 
@@ -59,7 +61,8 @@ def show_launch(launch: Launch, out: Path | None, json_out: bool) -> None:
 
 def export_command(
     plan_file: Annotated[Path, typer.Argument(help="JSON written by `plan --json` or `explain --json`.")],
-    framework: Annotated[str, typer.Option("--format", "-f", help=f"One of {', '.join(FRAMEWORKS)}.")],
+    framework: Annotated[str | None, typer.Option(
+        "--format", "-f", help=f"One of {', '.join(FRAMEWORKS)} (default: the plan's stack's).")] = None,
     index: Annotated[int, typer.Option(min=0, help="Which plan of a `plan --json` file (0 = best).")] = 0,
     out: Annotated[Path | None, typer.Option(help="Directory to write the files to.")] = None,
     json_out: JsonOpt = False,
@@ -69,4 +72,22 @@ def export_command(
     model = load_model(doc.get("model_source") or doc["model"])
     cluster = load_cluster(doc.get("cluster_source") or doc["cluster"], gpus=int(doc["gpus"]))
     strategy = strategy_from_dict(doc["strategy"], str(plan_file))
+    stack = plan_stack(doc, str(plan_file))
+    check_stack(stack, strategy, model)
+    if framework is None:
+        if stack.runs.exporter is None:
+            raise typer.BadParameter(f"the plan's stack {stack.name} has no launch-settings writer; choose one of "
+                                     f"{', '.join(FRAMEWORKS)}", param_hint="--format")
+        framework = stack.runs.exporter
     show_launch(export(model, cluster, strategy, framework), out, json_out)
+
+
+def plan_stack(doc: dict[str, Any], file: str) -> StackSpec:
+    """The stack a saved plan was costed as (its stack_source, else its stack name; megatron-core for plans
+    written before stacks existed), compiled as it was."""
+    source = doc.get("stack_source") or doc.get("stack") or DEFAULT_STACK
+    compiled = doc.get("compile")
+    if not isinstance(source, str) or (compiled is not None and not isinstance(compiled, bool)):
+        raise ConfigError(f"expected a stack name and a boolean compile, got {source!r}, {compiled!r}", file=file,
+                          field="stack")
+    return load_stack(source, compile=compiled)

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from parplan.cli._options import (
     ClusterOpt,
+    CompileOpt,
     ExpertLoadOpt,
     GpuCountsOpt,
     JsonOpt,
@@ -16,6 +17,7 @@ from parplan.cli._options import (
     ModelOpt,
     PrecisionsOpt,
     SeqOpt,
+    StackOpt,
     parse_gpu_counts,
 )
 from parplan.cli._output import console, print_json
@@ -26,6 +28,7 @@ from parplan.planner.api import space_from_options
 from parplan.planner.scaling import scale, thresholds
 from parplan.planner.workload import parse_expert_load
 from parplan.plots import plot_scaling
+from parplan.stacks import DEFAULT_STACK, load_stack
 
 
 def _short(sentence: str) -> str:
@@ -43,6 +46,8 @@ def scale_command(
     precision: PrecisionsOpt = "bf16",
     max_memory_fraction: MemoryFractionOpt = 1.0,
     expert_load: ExpertLoadOpt = None,
+    stack: StackOpt = DEFAULT_STACK,
+    compile: CompileOpt = None,
     plot: Annotated[str | None, typer.Option(help="Write speedup and efficiency curves to this PNG.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -50,8 +55,9 @@ def scale_command(
     counts = parse_gpu_counts(gpus)
     space = space_from_options(precision=precision, max_memory_fraction=max_memory_fraction)
     model_spec, base = load_model(model), load_cluster(cluster)
+    stack_spec = load_stack(stack, compile=compile)
     points = scale(model_spec, base, counts, gbs=gbs, seq=seq, weak=weak, space=space,
-                   workload=parse_expert_load(expert_load, model_spec))
+                   workload=parse_expert_load(expert_load, model_spec), stack=stack_spec)
     fitted = [p for p in points if p.best is not None]
     if not fitted:
         raise NoFeasiblePlanError(f"no layout of {model_spec.name} fits at any of {counts} GPUs of {base.name}")
@@ -61,9 +67,11 @@ def scale_command(
         plot_scaling([r for r in rows if r["fits"]], plot,
                      f"{model_spec.name} on {base.name}, {'weak' if weak else 'strong'} scaling, seq {seq}")
     if json_out:
-        print_json({"rows": rows, "below_90_percent_at": marks[0.9], "below_70_percent_at": marks[0.7]})
+        print_json({"stack": stack_spec.name, "compile": stack_spec.compiled, "rows": rows,
+                    "below_90_percent_at": marks[0.9], "below_70_percent_at": marks[0.7]})
         return
-    table = Table(title=f"{model_spec.name} on {base.name}: {'weak' if weak else 'strong'} scaling "
+    table = Table(title=f"{model_spec.name} on {base.name} as {stack_spec.name} runs it: "
+                        f"{'weak' if weak else 'strong'} scaling "
                         f"(gbs {gbs}{' at the smallest count' if weak else ''}, seq {seq})", title_justify="left")
     for col in ("GPUs", "tokens/s", "tok/s/GPU", "speedup", "ideal", "efficiency", "layout", "bottleneck"):
         table.add_column(col, justify="left" if col in ("layout", "bottleneck") else "right")

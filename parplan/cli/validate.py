@@ -7,9 +7,17 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from parplan.cli._options import JsonOpt
+from parplan.cli._options import JsonOpt, RunsCompileOpt, RunsStackOpt
 from parplan.cli._output import console, print_json
-from parplan.planner.validate import RankResult, load_runs, rank_runs, summarize, validate_runs
+from parplan.planner.validate import (
+    RankResult,
+    load_runs,
+    rank_runs,
+    summarize,
+    validate_runs,
+    with_compile,
+)
+from parplan.stacks import load_stack
 
 
 def _pct(value: float | None) -> str:
@@ -22,23 +30,29 @@ def validate(
     group: Annotated[str | None, typer.Option(help="Only runs of this group (e.g. mbridge).")] = None,
     rank: Annotated[bool, typer.Option("--rank", help="Also search each run's job and rank the published "
                                                       "layout among all layouts (slow: one search per run).")] = False,
+    stack: RunsStackOpt = None,
+    compile: RunsCompileOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Evaluate every run in a data file of measured training runs and report the errors."""
     runs = load_runs(data)
+    override = load_stack(stack, compile=compile) if stack is not None else None
+    runs = with_compile(runs, compile)
     if tier:
         runs = [r for r in runs if r.tier == tier]
     if group:
         runs = [r for r in runs if r.group == group]
-    results = validate_runs(runs)
+    results = validate_runs(runs, override)
     if rank:
-        _show_ranks(rank_runs(results), json_out)
+        _show_ranks(rank_runs(results, override), json_out)
         return
     by_tier, by_group = summarize(results, "tier"), summarize(results, "group")
     if json_out:
         print_json({
             "runs": [{
                 "id": r.run.id, "group": r.run.group, "tier": r.run.tier, "source": r.run.source,
+                "stack": r.estimate.stack if r.estimate else None,
+                "compile": r.estimate.compile if r.estimate else None,
                 "measured_tokens_per_s_per_gpu": r.run.tokens_per_s_per_gpu,
                 "predicted_tokens_per_s_per_gpu": r.predicted, "throughput_error": r.throughput_error,
                 "measured_memory_gib": r.run.peak_memory_gib, "predicted_memory_gib": r.predicted_memory_gib,

@@ -80,6 +80,15 @@ def no_redundant_experts(name: str) -> Support:
                              f"inference engines; {name} trains each expert once: set redundant_experts 0")
 
 
+def whole_recompute_only(name: str, how: str) -> Support:
+    """The rule every exporter shares until it writes the blocks:F recompute form: full recompute of a fraction
+    of the blocks exists in each framework (`how`) but the launch settings parplan writes recompute all of
+    them."""
+    return Support("whole_recompute_only", lambda lay, m: lay.recompute_blocks >= 1.0,
+                   lambda s: f"recompute blocks:{s.recompute_blocks:g} is {how} in {name}; parplan writes "
+                             "recompute for every block: set it by hand or use recompute full")
+
+
 def is_schedule(lay: Layouts, *names: str) -> np.ndarray:
     """True where the layout uses one of the named pipeline schedules."""
     return np.isin(lay.schedule, [SCHEDULES.index(n) for n in names])

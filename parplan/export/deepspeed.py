@@ -25,6 +25,7 @@ from parplan.export.common import (
     megatron_recompute_flags,
     no_redundant_experts,
     shell_array,
+    whole_recompute_only,
 )
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
@@ -75,6 +76,7 @@ RULES: tuple[Support, ...] = (
     Support("no_module_recompute", lambda lay, m: ~is_recompute(lay, "modules"),
             lambda s: "Megatron-DeepSpeed has no --recompute-modules; use recompute selective or full"),
     no_redundant_experts("DeepSpeed"),
+    whole_recompute_only("Megatron-DeepSpeed", "--recompute-method block --recompute-num-layers N (per stage)"),
 )
 
 

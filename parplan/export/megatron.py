@@ -20,6 +20,7 @@ from parplan.export.common import (
     megatron_recompute_flags,
     no_redundant_experts,
     shell_array,
+    whole_recompute_only,
 )
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
@@ -43,6 +44,7 @@ RULES: tuple[Support, ...] = (
     Support("no_fp8_dispatch", lambda lay, m: ~is_dispatch(lay, "deepep-fp8"),
             lambda s: "Megatron's flex dispatcher sends bf16 tokens through DeepEP; use dispatch deepep"),
     no_redundant_experts("Megatron-LM"),
+    whole_recompute_only("Megatron-LM", "--recompute-method block --recompute-num-layers N (per stage)"),
 )
 
 # ZeRO stage -> Megatron-FSDP sharding strategy (ecosystem.md A2: --data-parallel-sharding-strategy).

@@ -21,6 +21,7 @@ from parplan.export.common import (
     is_recompute,
     is_schedule,
     no_redundant_experts,
+    whole_recompute_only,
 )
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
@@ -90,6 +91,7 @@ RULES: tuple[Support, ...] = (
             lambda s: "torchtitan's activation checkpointing is none, selective (per op or per layer) or full; "
                       "Megatron's module recompute has no equivalent"),
     no_redundant_experts("torchtitan"),
+    whole_recompute_only("torchtitan", "activation_checkpoint.selective_ac_option = N (every Nth block)"),
 )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from parplan.planner.context import RC_FULL, RC_MODULES, RC_SELECTIVE, Ctx
 from parplan.planner.schedule import bubble_time, inflight_microbatches, rank_patterns
 from parplan.planner.strategy import Layouts, Strategy
 from parplan.planner.workload import UNIFORM, Workload
+from parplan.stacks.presets import load_stack
+from parplan.stacks.spec import StackSpec
+from parplan.stacks.support import check_stack
 
 TIME_COMPONENTS = ("gemm", "attention", "elementwise", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm",
                    "pipeline_bubble", "dp_grad_reduce", "dp_param_gather", "optimizer")
@@ -87,9 +91,11 @@ def _layer_work(ctx: Ctx, kind: LayerKind) -> _Work:
     # activation and MLA up-projections; full recompute the whole forward, its communication included.
     modules = (compute.module_recompute_time(ctx, kind) if (ctx.recompute == RC_MODULES).any()
                else _zeros(len(ctx.lay)))
-    recompute = np.select([ctx.recompute == RC_FULL, ctx.recompute == RC_SELECTIVE, ctx.recompute == RC_MODULES],
-                          [lt.forward + exposed_f, lt.attn_f, lt.attn_f + modules], 0.0)
-    rec_comm = np.where(ctx.recompute == RC_FULL, 1.0, 0.0)
+    # A fraction recompute_blocks of the layers recompute (blocks:F); the others keep their activations.
+    recompute = ctx.recompute_blocks * np.select(
+        [ctx.recompute == RC_FULL, ctx.recompute == RC_SELECTIVE, ctx.recompute == RC_MODULES],
+        [lt.forward + exposed_f, lt.attn_f, lt.attn_f + modules], 0.0)
+    rec_comm = np.where(ctx.recompute == RC_FULL, ctx.recompute_blocks, 0.0)
     parts = {
         "gemm": lt.gemm_f + lt.gemm_b,
         "attention": lt.attn_f + lt.attn_b,
@@ -149,6 +155,7 @@ class Evaluation:
 
     model: ModelSpec
     cluster: ClusterSpec
+    stack: StackSpec
     layouts: Layouts
     step_time_s: np.ndarray
     tokens_per_s_per_gpu: np.ndarray
@@ -181,7 +188,7 @@ class Evaluation:
 
 
 _LAYER_KEYS = ("tp", "cp", "ep", "etp", "mbs", "seq", "sp", "precision", "flash_attention", "recompute",
-               "tp_overlap", "schedule", "dispatch", "redundant_experts", "ep_overlap")
+               "recompute_blocks", "tp_overlap", "schedule", "dispatch", "redundant_experts", "ep_overlap")
 """The fields per-layer work depends on; pp, vpp, zero, gbs, p2p_overlap and pp_scatter_gather only change
 how the work is combined (pipeline transfers and the step)."""
 _GRID_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp", "schedule", "redundant_experts")
@@ -296,34 +303,38 @@ def _peak_gib(rank_mem: memory.RankMemory, pat: dict[str, np.ndarray]) -> np.nda
     return np.where(pat["count"] > 0, rank_mem.total / 2**30, -np.inf).max(axis=1)
 
 
-def peak_memory_gib(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM) -> np.ndarray:
+def peak_memory_gib(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM,
+                    stack: StackSpec | None = None) -> np.ndarray:
     """Peak allocated GiB of each layout's most loaded rank, without its time: what a search checks first,
     since a layout that cannot fit needs no step time."""
-    ctx = Ctx.build(model, cluster, lay, workload)
+    ctx = Ctx.build(model, cluster, lay, workload, stack)
     pat = _patterns(model, lay)
     return _peak_gib(_rank_memory(ctx, pat, _rank_params(ctx, pat)), pat)
 
 
 def required_memory_gib(model: ModelSpec, cluster: ClusterSpec, lay: Layouts,
-                        workload: Workload = UNIFORM) -> np.ndarray:
+                        workload: Workload = UNIFORM, stack: StackSpec | None = None) -> np.ndarray:
     """GPU memory each layout needs: peak allocated + allocator headroom + CUDA context."""
-    return memory.required_gib(peak_memory_gib(model, cluster, lay, workload))
+    return memory.required_gib(peak_memory_gib(model, cluster, lay, workload, stack))
 
 
 def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, breakdown: bool = True,
-                     workload: Workload = UNIFORM, peak_gib: np.ndarray | None = None) -> Evaluation:
+                     workload: Workload = UNIFORM, peak_gib: np.ndarray | None = None,
+                     stack: StackSpec | None = None) -> Evaluation:
     """Evaluate a batch of (valid) layouts with numpy; the same formulas as `evaluate`.
 
     Per-layer work is computed once per distinct combination of the fields it depends on and broadcast
     back, which keeps a search over millions of layouts fast without a second copy of any formula.
     breakdown=False skips assembling the per-component arrays (a search ranks first and then asks for the
     breakdown of its winners); `peak_gib`, the layouts' peak_memory_gib when the caller has it already,
-    skips the memory pass (and with breakdown=False leaves memory_by_rank empty).
+    skips the memory pass (and with breakdown=False leaves memory_by_rank empty). `stack` is the software
+    stack the layouts run on (default: megatron-core).
     """
     n = len(lay)
-    ctx = Ctx.build(model, cluster, lay, workload)
+    stack = load_stack(stack)
+    ctx = Ctx.build(model, cluster, lay, workload, stack)
     first, inverse = _distinct(lay, _LAYER_KEYS)
-    sub = Ctx.build(model, cluster, lay.take(first), workload)
+    sub = Ctx.build(model, cluster, lay.take(first), workload, stack)
     kinds = [LayerKind.DENSE] + ([LayerKind.MOE] if model.moe_layer_count else [])
     work = {kind: _take_work(_layer_work(sub, kind), inverse, breakdown) for kind in kinds}
     if LayerKind.MOE not in work:
@@ -369,7 +380,7 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, br
     # once per distinct parallel grid, then the optimizer over the parameters each rank updates.
     params = _rank_params(ctx, pat)
     g_first, g_inverse = _distinct(lay, _GRID_KEYS)
-    g_ctx = Ctx.build(model, cluster, lay.take(g_first), workload)
+    g_ctx = Ctx.build(model, cluster, lay.take(g_first), workload, stack)
     traffic = comm.dp_traffic(g_ctx, params.dense[g_first, 0], params.expert[g_first, 0],
                               (dense[:, 0] + moe[:, 0])[g_first]).take(g_inverse)
     dp = comm.dp_step(ctx, traffic, t_f[:, 0], t_b[:, 0], c_f[:, 0], c_b[:, 0])
@@ -402,8 +413,9 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, br
     attn_fwd = per_seq(model.attention_core_flops_per_token)
     up_proj = 2.0 * model.layers * sum(lin.params for lin in model.attention_linears()
                                        if lin.name in compute.MLA_UP_PROJECTIONS)
-    extra = np.select([lay.recompute == RC_FULL, lay.recompute == RC_SELECTIVE, lay.recompute == RC_MODULES],
-                      [layers_fwd, attn_fwd, attn_fwd + up_proj], 0.0)
+    extra = ctx.recompute_blocks * np.select(
+        [ctx.recompute == RC_FULL, ctx.recompute == RC_SELECTIVE, ctx.recompute == RC_MODULES],
+        [layers_fwd, attn_fwd, attn_fwd + up_proj], 0.0)
     hfu = mfu * (model_flops + extra) / model_flops
 
     # Time breakdown on the critical rank.
@@ -422,7 +434,8 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, br
         for name in TIME_COMPONENTS:
             total.setdefault(name, exposed[name])
     return Evaluation(
-        model=model, cluster=cluster, layouts=lay, step_time_s=step, tokens_per_s_per_gpu=tokens_per_s_per_gpu,
+        model=model, cluster=cluster, stack=stack, layouts=lay, step_time_s=step,
+        tokens_per_s_per_gpu=tokens_per_s_per_gpu,
         mfu=mfu, hfu=hfu, memory_gib=peak, required_gib=required, fits=required <= cluster.gpu.hbm_gib,
         time_exposed=exposed, time_total=total, memory_by_rank=mem_gib, patterns=pat,
         time_per_microbatch=np.where(real, t_f + t_b, 0.0), time_forward=np.where(real, t_f, 0.0),
@@ -438,6 +451,10 @@ class Estimate:
     cluster: str
     gpus: int
     strategy: Strategy
+    stack: str
+    """The software stack the layout is costed as (StackSpec.name)."""
+    compile: bool
+    """Whether the stack ran it compiled (torch.compile or XLA)."""
     step_time_s: float
     tokens_per_s_per_gpu: float
     mfu: float
@@ -489,6 +506,7 @@ class Estimate:
         stages.sort(key=lambda st: st["first_rank"])
         return cls(
             model=model.name, cluster=ev.cluster.name, gpus=ev.cluster.gpus, strategy=strategy,
+            stack=ev.stack.name, compile=ev.stack.compiled,
             step_time_s=float(ev.step_time_s[i]), tokens_per_s_per_gpu=float(ev.tokens_per_s_per_gpu[i]),
             mfu=float(ev.mfu[i]), hfu=float(ev.hfu[i]), memory_gib=float(ev.memory_gib[i]),
             required_gib=float(ev.required_gib[i]), capacity_gib=ev.cluster.gpu.hbm_gib, fits=bool(ev.fits[i]),
@@ -513,6 +531,8 @@ class Estimate:
             "cluster": self.cluster,
             "gpus": self.gpus,
             "strategy": self.strategy.as_dict(self.gpus),
+            "stack": self.stack,
+            "compile": self.compile,
             "step_time_s": self.step_time_s,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "tokens_per_s": self.tokens_per_s,
@@ -534,8 +554,14 @@ class Estimate:
         }
 
 
-def evaluate(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy, *, workload: Workload = UNIFORM) -> Estimate:
-    """Predict one layout; raises InvalidStrategyError if it cannot run. `workload` sets the expert load
-    (default: a balanced router)."""
+def evaluate(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy, *, workload: Workload = UNIFORM,
+             stack: StackSpec | str | Path | None = None, compile: bool | None = None) -> Estimate:
+    """Predict one layout as `stack` runs it (a preset name, a stack file or a StackSpec; default
+    megatron-core), with torch.compile on or off (`compile`; None: the stack's default); raises
+    InvalidStrategyError if the layout cannot run, or the stack cannot run it. `workload` sets the expert
+    load (default: a balanced router)."""
+    spec = load_stack(stack, compile=compile)
     strategy.check(model, cluster)
-    return evaluate_layouts(model, cluster, Layouts.from_strategies([strategy]), workload=workload).estimate(0)
+    check_stack(spec, strategy, model)
+    lay = Layouts.from_strategies([strategy])
+    return evaluate_layouts(model, cluster, lay, workload=workload, stack=spec).estimate(0)

@@ -109,15 +109,26 @@ def mtp_params(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
 
 
 def layer_activation_bytes(ctx: Ctx, kind: LayerKind, recompute: np.ndarray | None = None) -> np.ndarray:
-    """Bytes one layer keeps for backward per micro-batch on one rank (Korthikanti 2022 accounting).
+    """Bytes one layer keeps for backward per micro-batch on one rank, averaged over the layers: the layouts'
+    recompute setting on a fraction `recompute_blocks` of them, nothing recomputed on the others; or
+    `recompute` (codes of RECOMPUTE_KINDS) on every layer (the working set of a fully recomputed layer is its
+    activations without recompute)."""
+    if recompute is not None:
+        return _activation_bytes(ctx, kind, recompute)
+    own = _activation_bytes(ctx, kind, ctx.recompute)
+    if (ctx.recompute_blocks >= 1.0).all():
+        return own
+    kept = _activation_bytes(ctx, kind, np.zeros_like(ctx.recompute))
+    return ctx.recompute_blocks * own + (1.0 - ctx.recompute_blocks) * kept
 
-    `recompute` overrides the layouts' setting (the working set of a fully recomputed layer is its
-    activations without recompute). Module recompute keeps each norm's input but not its output (the next
+
+def _activation_bytes(ctx: Ctx, kind: LayerKind, rc: np.ndarray) -> np.ndarray:
+    """Bytes one layer under recompute kind `rc` keeps for backward per micro-batch on one rank (Korthikanti
+    2022 accounting). Module recompute keeps each norm's input but not its output (the next
     GEMM's input), the expert activation's input but not its output, and MLA's latents but not the
     up-projected heads. GEMM inputs take FP8_ACTIVATION_BYTES under fp8.
     """
     m = ctx.model
-    rc = ctx.recompute if recompute is None else recompute
     mods = rc == RC_MODULES
     kept = np.where(mods, 0.0, 1.0)  # tensors module recompute rebuilds in backward
     a = m.attention

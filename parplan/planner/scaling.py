@@ -16,6 +16,7 @@ from parplan.planner.estimate import Estimate
 from parplan.planner.explain import bottleneck
 from parplan.planner.search import SearchSpace, plan
 from parplan.planner.workload import UNIFORM, Workload
+from parplan.stacks.spec import StackSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,14 +39,17 @@ class ScalePoint:
 
 
 def scale(model: ModelSpec, cluster: ClusterSpec, counts: list[int], *, gbs: int, seq: int, weak: bool = False,
-          space: SearchSpace | None = None, workload: Workload = UNIFORM) -> list[ScalePoint]:
-    """Best layout per GPU count and its speedup/efficiency against the smallest count that fits."""
+          space: SearchSpace | None = None, workload: Workload = UNIFORM,
+          stack: StackSpec | None = None) -> list[ScalePoint]:
+    """Best layout per GPU count (among what `stack` can run, costed as it runs them; default megatron-core)
+    and its speedup/efficiency against the smallest count that fits."""
     points: list[ScalePoint] = []
     base: tuple[int, float] | None = None
     for n in sorted(counts):
         batch = gbs * n // base[0] if weak and base else gbs
         try:
-            result = plan(model, cluster.with_gpus(n), gbs=batch, seq=seq, space=space, top=1, workload=workload)
+            result = plan(model, cluster.with_gpus(n), gbs=batch, seq=seq, space=space, top=1, workload=workload,
+                          stack=stack)
         except NoFeasiblePlanError:
             result = None
         best = result.plans[0] if result and result.plans else None

@@ -35,6 +35,9 @@ from parplan.planner.strategy import (
     valid_mask,
 )
 from parplan.planner.workload import UNIFORM, Workload
+from parplan.stacks.presets import load_stack
+from parplan.stacks.spec import StackSpec
+from parplan.stacks.support import restrict_space, stack_filter
 
 OBJECTIVES = ("throughput", "memory", "cost")
 CHUNK = 1 << 17
@@ -166,6 +169,7 @@ def _expand(cell: dict, gbs: int, seq: int, space: SearchSpace) -> dict[str, np.
         "tp": full(cell["tp"]), "pp": full(cell["pp"]), "cp": full(cell["cp"]), "ep": expert[e_idx, 0],
         "etp": expert[e_idx, 1], "vpp": vpps[s_idx], "zero": zero, "mbs": mbs, "gbs": full(gbs), "seq": full(seq),
         "sp": sp_ovl[pair, 0], "recompute": rc, "schedule": codes[s_idx], "precision": prec,
+        "recompute_blocks": full(1.0, float),
         "flash_attention": full(True, bool), "tp_overlap": sp_ovl[pair, 1], "dispatch": full(0, np.int8),
         "redundant_experts": redundant, "ep_overlap": full(False, bool),
         "p2p_overlap": full(True, bool),
@@ -265,7 +269,7 @@ def _run_batch(index: int) -> _Partial:
     st = _STATE
     model, cluster, space = st["model"], st["cluster"], st["space"]
     cap, keep, layout_filter, chunk = st["cap"], st["keep"], st["filter"], st["chunk"]
-    workload = st["workload"]
+    workload, stack = st["workload"], st["stack"]
     evaluated = feasible = faster = 0
     reference = st["reference"]
     least_req, least = np.inf, None
@@ -274,7 +278,7 @@ def _run_batch(index: int) -> _Partial:
     for lay in enumerate_layouts(model, cluster, st["gbs"], st["seq"], space, chunk=chunk,
                                  cells=st["batches"][index]):
         # Memory first: a layout that cannot fit needs no step time.
-        base_peak = peak_memory_gib(model, cluster, lay, workload)
+        base_peak = peak_memory_gib(model, cluster, lay, workload, stack)
         lay, parent = _time_options(lay, model, cluster, space)
         peak = base_peak[parent]
         if layout_filter is not None:
@@ -294,7 +298,7 @@ def _run_batch(index: int) -> _Partial:
         if st["prune"]:
             fitting = fitting[_undominated(lay.take(fitting))]
         ev = evaluate_layouts(model, cluster, lay.take(fitting), breakdown=False, workload=workload,
-                              peak_gib=peak[fitting])
+                              peak_gib=peak[fitting], stack=stack)
         if reference is not None:
             faster += int(np.count_nonzero(ev.tokens_per_s_per_gpu > reference * (1 + 1e-9)))
         order = np.argsort(-ev.tokens_per_s_per_gpu, kind="stable")[:keep]
@@ -358,7 +362,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
          objective: str = "throughput", top: int = 5, within: float = 0.05,
          layout_filter: Callable[[Layouts], np.ndarray] | None = None,
          progress: Callable[[int], None] | None = None, chunk: int = CHUNK, workers: int | None = None,
-         workload: Workload = UNIFORM, faster_than: float | None = None) -> PlanResult:
+         workload: Workload = UNIFORM, faster_than: float | None = None,
+         stack: StackSpec | None = None) -> PlanResult:
     """Rank every valid layout that fits. objective 'memory' returns, among the layouts within `within`
     of the best throughput, the ones with the most memory headroom; 'cost' (GPU-hours per token on a fixed
     cluster) ranks like 'throughput'. `layout_filter` restricts the space further (a framework's
@@ -366,26 +371,30 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
     layouts are evaluated at once (memory) and `workers` how many processes share the grid (default: the
     CPU count, for large spaces), neither changing the result. `faster_than` (tokens/s/GPU) also counts the
     fitting layouts that beat it, in extra["faster"] (every layout is then timed: no dominance pruning).
+    `stack` (default megatron-core): only the layouts it can run are searched, costed as it runs them.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}")
-    space = space or SearchSpace()
+    stack = load_stack(stack)
+    space = restrict_space(space or SearchSpace(), stack)
+    layout_filter = _both(stack_filter(stack, model), layout_filter)
     start = time.perf_counter()
     keep = max(top, 1) if objective != "memory" else max(top, 1) * 50
     cells = list(_grid(model, cluster, gbs, seq, space))
     workers = workers if workers is not None else (os.cpu_count() or 1)
     parts = max(1, min(workers, len(cells))) * 4 if workers > 1 else 1
     _STATE.update(model=model, cluster=cluster, space=space, gbs=gbs, seq=seq, keep=keep, chunk=chunk,
-                  workload=workload, prune=objective != "memory" and faster_than is None, reference=faster_than,
+                  workload=workload, stack=stack, prune=objective != "memory" and faster_than is None,
+                  reference=faster_than,
                   cap=space.memory_cap_gib(cluster), filter=layout_filter,
                   batches=_batches(cells, space, parts) if cells else [])
     indices = range(len(_STATE["batches"]))
     partials: list[_Partial] = []
     evaluated = 0
-    with contextlib.ExitStack() as stack:
+    with contextlib.ExitStack() as resources:
         run = map
         if workers > 1 and len(indices) > 1 and "fork" in mp.get_all_start_methods():
-            run = stack.enter_context(mp.get_context("fork").Pool(min(workers, len(indices)))).imap_unordered
+            run = resources.enter_context(mp.get_context("fork").Pool(min(workers, len(indices)))).imap_unordered
         for part in run(_run_batch, indices):
             partials.append(part)
             evaluated += part.evaluated
@@ -398,7 +407,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
                     else (part.top, part.score, part.required))
     plans: list[Estimate] = []
     if best is not None:
-        ev = evaluate_layouts(model, cluster, best[0], workload=workload)
+        ev = evaluate_layouts(model, cluster, best[0], workload=workload, stack=stack)
         for i in range(len(best[0])):
             # A layout that predicts exactly like a simpler one ranked above it adds nothing to the list.
             if plans and ev.step_time_s[i] == plans[-1].step_time_s and ev.required_gib[i] == plans[-1].required_gib:
@@ -409,10 +418,17 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
         floor = plans[0].tokens_per_s_per_gpu * (1 - within)
         plans = sorted((e for e in plans if e.tokens_per_s_per_gpu >= floor), key=lambda e: e.required_gib)
     least = min((p for p in partials if p.least is not None), key=lambda p: p.least_required, default=None)
-    least_estimate = evaluate_layouts(model, cluster, least.least, workload=workload).estimate(0) if least else None
+    least_estimate = (evaluate_layouts(model, cluster, least.least, workload=workload, stack=stack).estimate(0)
+                      if least else None)
     extra = {"faster": sum(p.faster for p in partials)} if faster_than is not None else {}
     return PlanResult(plans=plans[:top], evaluated=evaluated, feasible=sum(p.feasible for p in partials),
                       search_seconds=seconds, least_memory=least_estimate, extra=extra)
+
+
+def _both(a: Callable[[Layouts], np.ndarray], b: Callable[[Layouts], np.ndarray] | None
+          ) -> Callable[[Layouts], np.ndarray]:
+    """A layout filter passing what both filters pass."""
+    return a if b is None else (lambda lay: a(lay) & b(lay))
 
 
 def _concat(a: Layouts, b: Layouts) -> Layouts:
@@ -426,7 +442,7 @@ def _complexity(lay: Layouts) -> np.ndarray:
 
 
 def levers(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: SearchSpace,
-           workload: Workload = UNIFORM) -> dict[str, float]:
+           workload: Workload = UNIFORM, stack: StackSpec | None = None) -> dict[str, float]:
     """Least memory any layout needs (GiB, allocator headroom and context included) under each lever that
     the user's space did not already allow, computed by searching again with that lever opened."""
     out: dict[str, float] = {}
@@ -444,10 +460,19 @@ def levers(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space:
     for factor in (2, 4):
         bigger = cluster.with_gpus(cluster.gpus * factor)
         trials.append((f"{factor}× the GPUs ({bigger.gpus})", bigger, space))
+    stack = load_stack(stack)
+    runnable = stack_filter(stack, model)
+    base = restrict_space(space, stack)
     for name, cl, sp in trials:
+        sp = restrict_space(sp, stack)
+        if sp == base and cl is cluster:
+            continue  # a lever the stack cannot pull
         least = None
         for lay in enumerate_layouts(model, cl, gbs, seq, sp):
-            req = float(required_memory_gib(model, cl, lay, workload).min())
+            lay = lay.take(np.flatnonzero(runnable(lay)))
+            if not len(lay):
+                continue
+            req = float(required_memory_gib(model, cl, lay, workload, stack).min())
             least = req if least is None else min(least, req)
         if least is not None:
             out[name] = least
@@ -467,7 +492,8 @@ def plan_or_raise(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int,
             "restrictions (every combination breaks a Strategy rule, e.g. gbs must be a multiple of dp·mbs)")
     cap = space.memory_cap_gib(cluster)
     need = result.least_memory.required_gib
-    options = levers(model, cluster, gbs=gbs, seq=seq, space=space, workload=kw.get("workload", UNIFORM))
+    options = levers(model, cluster, gbs=gbs, seq=seq, space=space, workload=kw.get("workload", UNIFORM),
+                     stack=kw.get("stack"))
     helps = [f"{name}: {gib:.1f} GiB{' (fits)' if gib <= cap else ''}" for name, gib in
              sorted(options.items(), key=lambda kv: kv[1])]
     raise NoFeasiblePlanError(

@@ -24,10 +24,33 @@ from parplan.models.spec import ModelSpec
 RECOMPUTE = ("none", "selective", "modules", "full")
 SCHEDULES = ("1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev")
 PRECISIONS = ("bf16", "fp8")
+BLOCKS_PREFIX = "blocks:"
+"""Recompute form "blocks:F": full recompute of a fraction F of the transformer blocks."""
 DISPATCHERS = ("alltoall", "deepep", "deepep-fp8")
 """How MoE tokens travel: alltoall sends every routed copy (Megatron's alltoall dispatcher); deepep sends
 one copy per destination node and forwards it over NVLink there (DeepEP, Megatron's flex dispatcher);
 deepep-fp8 also dispatches in fp8 (combine stays bf16), as DeepSeek-V3 trained."""
+
+
+def parse_blocks(text: str) -> float:
+    """The fraction F of a "blocks:F" recompute setting (a decimal or a ratio such as 1/3), in (0, 1]."""
+    value = text[len(BLOCKS_PREFIX):].strip()
+    try:
+        num, _, den = value.partition("/")
+        fraction = float(num) / float(den) if den else float(num)
+    except (ValueError, ZeroDivisionError):
+        raise InvalidStrategyError(f"recompute {text!r}: F must be a number or a ratio such as 1/3") from None
+    if not 0.0 < fraction <= 1.0:
+        raise InvalidStrategyError(f"recompute {text!r}: the fraction of blocks must be in (0, 1], got {fraction:g}")
+    return fraction
+
+
+def recompute_label(recompute: str, blocks: float) -> str:
+    """How a recompute setting reads: its name, or blocks:F for full recompute of a fraction of the blocks."""
+    if recompute != "full" or blocks >= 1.0:
+        return recompute
+    n = round(1.0 / blocks)
+    return f"{BLOCKS_PREFIX}1/{n}" if abs(1.0 / n - blocks) < 1e-12 else f"{BLOCKS_PREFIX}{blocks!r}"
 
 
 def scatter_gather_acts(tp: np.ndarray | int, pp: np.ndarray | int, sp: np.ndarray | bool) -> np.ndarray:
@@ -59,10 +82,16 @@ class Strategy:
     sp: bool = True
     """Megatron sequence parallelism on the TP group (ignored when tp = 1)."""
     recompute: str = "none"
-    """Activation recomputation, from light to heavy: none; selective (the attention core, Korthikanti 2022);
-    modules (also the norms, the MoE activation function and MLA's up-projections: Megatron
+    """Activation recomputation, from light to heavy: none; selective (Megatron: the attention core,
+    Korthikanti 2022); modules (also the norms, the MoE activation function and MLA's up-projections: Megatron
     --recompute-modules core_attn layernorm moe_act mla_up_proj, what DeepSeek-V3 recomputes); full (each
-    layer from its input)."""
+    layer from its input). What a name recomputes is the stack's (StackSpec.recompute: torchtitan's
+    selective is per-op SAC). "blocks:F" is full recompute of a fraction F of the transformer blocks
+    (torchtitan selective_ac_option N = blocks:1/N, fms-fsdp selective_checkpointing p, Megatron
+    --recompute-method block --recompute-num-layers): it sets recompute full and recompute_blocks F."""
+    recompute_blocks: float = 1.0
+    """Fraction of the transformer blocks `recompute` applies to (0 < F <= 1); the other blocks keep their
+    activations. 1.0 with recompute none."""
     mbs: int = 1
     """Micro-batch size, sequences per pipeline micro-batch per data-parallel rank."""
     gbs: int = 1
@@ -100,6 +129,11 @@ class Strategy:
     already), so plans leave it off. Ignored, and normalised off, where tp = 1, pp = 1 or SP is on."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.recompute, str) and self.recompute.startswith(BLOCKS_PREFIX):
+            object.__setattr__(self, "recompute_blocks", parse_blocks(self.recompute))
+            object.__setattr__(self, "recompute", "full")
+        if not 0.0 < self.recompute_blocks <= 1.0:
+            raise InvalidStrategyError(f"recompute_blocks must be in (0, 1], got {self.recompute_blocks}")
         for name, options in _CATEGORIES.items():
             _code(options, getattr(self, name), name)  # an unknown name fails here, not at first use
         if self.tp == 1:
@@ -107,6 +141,8 @@ class Strategy:
             # normalise so equal layouts compare equal.
             object.__setattr__(self, "sp", False)
             object.__setattr__(self, "tp_overlap", False)
+        if self.recompute == "none":
+            object.__setattr__(self, "recompute_blocks", 1.0)  # nothing to apply to a fraction of
         if self.pp == 1 or self.schedule != "interleaved":
             # 1F1B and ZB wait for their transfers anyway; DualPipe(V) is built around overlapping them.
             object.__setattr__(self, "p2p_overlap", True)
@@ -126,7 +162,8 @@ class Strategy:
         parts = [f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp(gpus)}"]
         parts += [f"{name}={value}" for name, value in (("cp", self.cp), ("ep", self.ep), ("etp", self.etp),
                                                           ("vpp", self.vpp)) if value != 1]
-        parts += [f"zero={self.zero}", "sp" if self.sp else "no-sp", f"recompute={self.recompute}",
+        parts += [f"zero={self.zero}", "sp" if self.sp else "no-sp",
+                  f"recompute={recompute_label(self.recompute, self.recompute_blocks)}",
                   f"mbs={self.mbs}", f"gbs={self.gbs}", f"seq={self.seq}", self.schedule, self.precision]
         flags = (("unfused-attention", not self.flash_attention), ("tp-overlap", self.tp_overlap),
                  (self.dispatch, self.dispatch != "alltoall"),
@@ -173,6 +210,7 @@ class Layouts:
     seq: np.ndarray
     sp: np.ndarray
     recompute: np.ndarray
+    recompute_blocks: np.ndarray
     schedule: np.ndarray
     precision: np.ndarray
     flash_attention: np.ndarray
@@ -191,7 +229,7 @@ class Layouts:
             if f.name in _CATEGORIES:
                 cols[f.name] = np.array([_code(_CATEGORIES[f.name], v, f.name) for v in values], dtype=np.int8)
             else:
-                cols[f.name] = np.array(values, dtype=bool if f.type == "bool" else np.int64)
+                cols[f.name] = np.array(values, dtype={"bool": bool, "float": float}.get(f.type, np.int64))
         return cls(**cols)
 
     def __len__(self) -> int:
@@ -205,7 +243,7 @@ class Layouts:
         for f in dataclasses.fields(Strategy):
             value = getattr(self, f.name)[i]
             kw[f.name] = (_CATEGORIES[f.name][int(value)] if f.name in _CATEGORIES
-                          else bool(value) if f.type == "bool" else int(value))
+                          else {"bool": bool, "float": float}.get(f.type, int)(value))
         return Strategy(**kw)
 
     def dp(self, gpus: int) -> np.ndarray:
@@ -246,6 +284,8 @@ RULES: tuple[Rule, ...] = (
          lambda lay, m, c: (lay.tp >= 1) & (lay.pp >= 1) & (lay.cp >= 1) & (lay.ep >= 1) & (lay.etp >= 1)
          & (lay.vpp >= 1) & (lay.mbs >= 1) & (lay.gbs >= 1) & (lay.seq >= 1),
          lambda s, m, c: "every degree, mbs, gbs and seq must be >= 1"),
+    Rule("recompute_blocks", lambda lay, m, c: (lay.recompute_blocks > 0) & (lay.recompute_blocks <= 1),
+         lambda s, m, c: f"recompute_blocks must be in (0, 1], got {s.recompute_blocks}"),
     Rule("zero_stage", lambda lay, m, c: (lay.zero >= 0) & (lay.zero <= 3),
          lambda s, m, c: f"zero must be 0, 1, 2 or 3, got {s.zero}"),
     Rule("grid_divides_gpus", lambda lay, m, c: c.gpus % (lay.tp * lay.pp * lay.cp) == 0,
