@@ -11,6 +11,7 @@ from conftest import ANY_STACK
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from parplan._resources import data_dir
 from parplan.errors import ConfigError, InvalidStrategyError
 from parplan.hardware import load_cluster
 from parplan.hardware.efficiency import Collective, collective_time
@@ -236,18 +237,22 @@ def test_positive_and_finite_for_valid_layouts(name):
 
 @pytest.fixture(scope="module")
 def validation():
-    return validate_runs(load_runs())
+    """The Megatron-Core-era runs (published_runs.yaml), each costed as its own stack."""
+    return validate_runs(load_runs(data_dir("runs") / "published_runs.yaml"))
 
 
-def test_every_published_run_evaluates(validation):
-    assert all(r.estimate is not None for r in validation), [r.error for r in validation if r.error]
+def test_every_shipped_run_evaluates():
+    results = validate_runs(load_runs())
+    assert len(results) == 216
+    assert all(r.estimate is not None for r in results), [r.error for r in results if r.error]
 
 
 def test_tier_a_median_error_target(validation):
-    """Issue target: tier-A median absolute throughput error ≤ 10%; peak-memory median ≤ 10%."""
+    """Regression guard on the Megatron-era figures: tier-A median absolute throughput error 8.3% before stacks
+    existed (issue #12: must not regress); peak-memory median ≤ 10%."""
     errs = [abs(r.throughput_error) for r in validation if r.run.tier == "A"]
     mems = [abs(r.memory_error) for r in validation if r.memory_error is not None]
-    assert np.median(errs) <= 0.10
+    assert np.median(errs) <= 0.085
     assert mems and np.median(mems) <= 0.10
 
 

@@ -121,9 +121,19 @@ def _local_ref(name: str, runs_file: Path, folder: str) -> str:
     return str(local) if local.is_file() else name
 
 
+SHIPPED_RUNS = ("published_runs.yaml", "runs_stacks.yaml")
+"""The runs files shipped in parplan/data/runs (see SOURCES.md there): Megatron-Core-era runs, and the runs of
+the other stacks."""
+
+
 def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
-    """Read a runs file (the shipped published runs by default); model files resolve beside it."""
-    path = Path(path) if path is not None else data_dir("runs") / "published_runs.yaml"
+    """Read a runs file (every shipped runs file by default); model files resolve beside it."""
+    if path is None:
+        runs = [run for name in SHIPPED_RUNS for run in load_runs(data_dir("runs") / name)]
+        ids = [r.id for r in runs]
+        assert len(set(ids)) == len(ids), "run ids repeat across the shipped runs files"
+        return runs
+    path = Path(path)
     data = read_yaml(path)
     if not isinstance(data, list):
         raise ConfigError("expected a list of runs", file=str(path))
