@@ -62,11 +62,14 @@ def is_recompute(lay: Layouts, *names: str) -> np.ndarray:
     return np.isin(lay.recompute, [RECOMPUTE.index(n) for n in names])
 
 
-def megatron_recompute_flags(recompute: str) -> list[Flag]:
-    """Megatron-LM's flags for selective (attention core) and full (every layer, one at a time) recompute;
-    Megatron-DeepSpeed kept the same names."""
+def megatron_recompute_flags(recompute: str, blocks: float | None = None) -> list[Flag]:
+    """Megatron-LM's flags for selective (attention core) and full (every layer, one at a time) recompute, or
+    full recompute of `blocks` layers per model chunk (blocks:F); Megatron-DeepSpeed kept the same names."""
     if recompute == "selective":
         return [("--recompute-granularity", "selective")]
+    if recompute == "full" and blocks is not None:
+        return [("--recompute-granularity", "full"), ("--recompute-method", "block"),
+                ("--recompute-num-layers", str(round(blocks)))]
     if recompute == "full":
         return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]
     return []
@@ -80,13 +83,22 @@ def no_redundant_experts(name: str) -> Support:
                              f"inference engines; {name} trains each expert once: set redundant_experts 0")
 
 
-def whole_recompute_only(name: str, how: str) -> Support:
-    """The rule every exporter shares until it writes the blocks:F recompute form: full recompute of a fraction
-    of the blocks exists in each framework (`how`) but the launch settings parplan writes recompute all of
-    them."""
-    return Support("whole_recompute_only", lambda lay, m: lay.recompute_blocks >= 1.0,
-                   lambda s: f"recompute blocks:{s.recompute_blocks:g} is {how} in {name}; parplan writes "
-                             "recompute for every block: set it by hand or use recompute full")
+def recomputed_blocks(model: ModelSpec, s: Strategy) -> float:
+    """Blocks per model chunk that a blocks:F recompute setting recomputes (F × layers / (pp·vpp))."""
+    return s.recompute_blocks * model.layers / (s.pp * s.vpp)
+
+
+def whole_block_count(name: str) -> Support:
+    """Megatron's --recompute-method block recomputes a whole number of layers per model chunk: blocks:F must
+    come to one."""
+    def ok(lay: Layouts, m: ModelSpec | None) -> np.ndarray:
+        if m is None:
+            return np.ones(len(lay), dtype=bool)
+        n = lay.recompute_blocks * m.layers / (lay.pp * lay.vpp)
+        return (lay.recompute_blocks >= 1.0) | (np.abs(n - np.round(n)) < 1e-9)
+    return Support("whole_block_count", ok,
+                   lambda s: f"{name}'s --recompute-method block recomputes a whole number of layers per stage: "
+                             f"recompute blocks:{s.recompute_blocks:g} must be a multiple of 1/(layers per stage)")
 
 
 def is_schedule(lay: Layouts, *names: str) -> np.ndarray:

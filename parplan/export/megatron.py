@@ -19,8 +19,9 @@ from parplan.export.common import (
     is_schedule,
     megatron_recompute_flags,
     no_redundant_experts,
+    recomputed_blocks,
     shell_array,
-    whole_recompute_only,
+    whole_block_count,
 )
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
@@ -44,7 +45,7 @@ RULES: tuple[Support, ...] = (
     Support("no_fp8_dispatch", lambda lay, m: ~is_dispatch(lay, "deepep-fp8"),
             lambda s: "Megatron's flex dispatcher sends bf16 tokens through DeepEP; use dispatch deepep"),
     no_redundant_experts("Megatron-LM"),
-    whole_recompute_only("Megatron-LM", "--recompute-method block --recompute-num-layers N (per stage)"),
+    whole_block_count("Megatron-LM"),
 )
 
 # ZeRO stage -> Megatron-FSDP sharding strategy (ecosystem.md A2: --data-parallel-sharding-strategy).
@@ -119,7 +120,7 @@ def _parallel(model: ModelSpec, s: Strategy) -> list[Flag]:
             ["mla_up_proj"] if model.attention.mla else [])
         flags += [("--recompute-granularity", "selective"), ("--recompute-modules", *modules)]
     else:
-        flags += megatron_recompute_flags(s.recompute)
+        flags += megatron_recompute_flags(s.recompute, recomputed_blocks(model, s) if s.recompute_blocks < 1 else None)
     if s.ep_overlap:
         flags.append(("--overlap-moe-expert-parallel-comm",))
     return flags

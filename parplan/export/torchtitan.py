@@ -21,7 +21,6 @@ from parplan.export.common import (
     is_recompute,
     is_schedule,
     no_redundant_experts,
-    whole_recompute_only,
 )
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
@@ -91,7 +90,9 @@ RULES: tuple[Support, ...] = (
             lambda s: "torchtitan's activation checkpointing is none, selective (per op or per layer) or full; "
                       "Megatron's module recompute has no equivalent"),
     no_redundant_experts("torchtitan"),
-    whole_recompute_only("torchtitan", "activation_checkpoint.selective_ac_option = N (every Nth block)"),
+    Support("every_nth_block", lambda lay, m: np.abs(1.0 / lay.recompute_blocks - np.round(1.0 / lay.recompute_blocks))
+            < 1e-9, lambda s: f"torchtitan's per-layer AC checkpoints every Nth block (selective_ac_option N): "
+                              f"recompute blocks:{s.recompute_blocks:g} must be 1/N"),
 )
 
 
@@ -165,6 +166,9 @@ def job(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> dict[str, dict[s
     }
     if s.recompute == "selective":
         sections["activation_checkpoint"]["selective_ac_option"] = "op"
+    if s.recompute_blocks < 1:  # blocks:1/N: full AC on every Nth block
+        sections["activation_checkpoint"] = {"mode": "selective",
+                                             "selective_ac_option": str(round(1 / s.recompute_blocks))}
     if s.tp_overlap:
         sections["compile"] = {"enable": True}  # async TP only takes effect under torch.compile
     return sections

@@ -48,6 +48,12 @@ class GPUSpec:
     """Flash-attention forward throughput / bf16 peak at long sequence."""
     attention_bwd_fraction: float = 0.45
     """Flash-attention backward throughput / bf16 peak at long sequence (FLOPs counted as 2.5× forward)."""
+    attention_kernel_fwd: dict[str, float] = field(default_factory=dict)
+    """Forward throughput / bf16 peak at long sequence of flash-attention kernel generations slower than this
+    GPU's best (stacks.spec.ATTENTION_KERNELS, e.g. {fa2: 0.35} on Hopper); a kernel not listed runs at
+    attention_fwd_fraction."""
+    attention_kernel_bwd: dict[str, float] = field(default_factory=dict)
+    """Backward counterpart of attention_kernel_fwd (FLOPs counted as 2.5× forward)."""
     attention_half_seq: int = 650
     """Sequence length at which flash attention reaches half of its long-sequence throughput, tokens."""
 

@@ -22,16 +22,17 @@ from parplan.hardware.efficiency import peak_flops
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import Block, LayerKind, ModelSpec
 from parplan.planner import comm, compute, memory
-from parplan.planner.context import RC_FULL, RC_MODULES, RC_SELECTIVE, Ctx
+from parplan.planner.context import Ctx
+from parplan.planner.recompute import communication_share, layer_recompute_time, recompute_flops_per_token
 from parplan.planner.schedule import bubble_time, inflight_microbatches, rank_patterns
 from parplan.planner.strategy import Layouts, Strategy
 from parplan.planner.workload import UNIFORM, Workload
 from parplan.stacks.presets import load_stack
-from parplan.stacks.spec import StackSpec
+from parplan.stacks.spec import RECOMPUTE_KINDS, StackSpec
 from parplan.stacks.support import check_stack
 
-TIME_COMPONENTS = ("gemm", "attention", "elementwise", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm",
-                   "pipeline_bubble", "dp_grad_reduce", "dp_param_gather", "optimizer")
+TIME_COMPONENTS = ("gemm", "attention", "elementwise", "launch", "recompute", "tp_comm", "cp_comm", "ep_comm",
+                   "pp_comm", "pipeline_bubble", "dp_grad_reduce", "dp_param_gather", "optimizer")
 MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "buffers")
 
 
@@ -87,19 +88,15 @@ def _layer_work(ctx: Ctx, kind: LayerKind) -> _Work:
         zero = _zeros(len(ctx.lay))
         ep_f = ep_b = comm.Comm(zero, zero)
     exposed_f = tp_f.exposed + cp_f.exposed + ep_f.exposed
-    # Selective recompute re-runs the attention core in backward, module recompute also norms, the expert
-    # activation and MLA up-projections; full recompute the whole forward, its communication included.
-    modules = (compute.module_recompute_time(ctx, kind) if (ctx.recompute == RC_MODULES).any()
-               else _zeros(len(ctx.lay)))
-    # A fraction recompute_blocks of the layers recompute (blocks:F); the others keep their activations.
-    recompute = ctx.recompute_blocks * np.select(
-        [ctx.recompute == RC_FULL, ctx.recompute == RC_SELECTIVE, ctx.recompute == RC_MODULES],
-        [lt.forward + exposed_f, lt.attn_f, lt.attn_f + modules], 0.0)
-    rec_comm = np.where(ctx.recompute == RC_FULL, ctx.recompute_blocks, 0.0)
+    # What the stack's recompute setting re-runs in backward (recompute.RECOMPUTED), on the share of layers
+    # that recompute.
+    recompute = layer_recompute_time(ctx, kind, lt, exposed_f)
+    rec_comm = communication_share(ctx)
     parts = {
         "gemm": lt.gemm_f + lt.gemm_b,
         "attention": lt.attn_f + lt.attn_b,
         "elementwise": lt.elem_f + lt.elem_b,
+        "launch": lt.launch_f + lt.launch_b,
         "recompute": recompute,
         "tp_comm": tp_f.exposed + tp_b.exposed,
         "cp_comm": cp_f.exposed + cp_b.exposed,
@@ -408,21 +405,18 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, br
 
     model_flops = per_seq(model.training_flops_per_token)
     mfu = tokens_per_s_per_gpu * model_flops / peak_flops(cluster.gpu, ctx.fp8)
-    layers_fwd = per_seq(lambda x: model.forward_flops_per_token(x) - 2.0 * model.hidden * model.vocab
-                         * (1 + model.mtp_layers))
-    attn_fwd = per_seq(model.attention_core_flops_per_token)
-    up_proj = 2.0 * model.layers * sum(lin.params for lin in model.attention_linears()
-                                       if lin.name in compute.MLA_UP_PROJECTIONS)
-    extra = ctx.recompute_blocks * np.select(
-        [ctx.recompute == RC_FULL, ctx.recompute == RC_SELECTIVE, ctx.recompute == RC_MODULES],
-        [layers_fwd, attn_fwd, attn_fwd + up_proj], 0.0)
-    hfu = mfu * (model_flops + extra) / model_flops
+    # HFU adds the forward FLOPs the recompute setting repeats (per distinct seq, kind and precision).
+    keys = np.stack([lay.seq, ctx.recompute, ctx.fp8], axis=1)
+    uniq, which = np.unique(keys, axis=0, return_inverse=True)
+    repeated = np.array([recompute_flops_per_token(model, float(x), RECOMPUTE_KINDS[int(k)], bool(f))
+                         for x, k, f in uniq])[which.ravel()]
+    hfu = mfu * (model_flops + ctx.recompute_blocks * repeated) / model_flops
 
     # Time breakdown on the critical rank.
     exposed: dict[str, np.ndarray] = {}
     total: dict[str, np.ndarray] = {}
     if breakdown:
-        for name in ("gemm", "attention", "elementwise", "recompute", "tp_comm", "cp_comm", "ep_comm"):
+        for name in ("gemm", "attention", "elementwise", "launch", "recompute", "tp_comm", "cp_comm", "ep_comm"):
             exposed[name] = m * pick(per_rank(lambda x, name=name: x.parts.get(name, _zeros(n))))
         for name in ("tp_comm", "cp_comm", "ep_comm"):
             total[name] = m * pick(per_rank(lambda x, name=name: x.total_comm.get(name, _zeros(n))))

@@ -47,13 +47,14 @@ sequence-parallel input and overlaps it with the data-gradient GEMM; --tp-comm-o
 dtensor (PyTorch DTensor TP: each collective sits between dependent ops and nothing overlaps, unless async
 TP is on, which is `Strategy.tp_overlap`)."""
 
-RECOMPUTE_KINDS = ("none", "core_attention", "modules", "full", "op_sac")
-"""What a recompute setting recomputes in backward: none; core_attention (the attention core, Megatron's
-selective, Korthikanti 2022); modules (Megatron --recompute-modules: core attention, norms, the MoE
-activation and MLA's up-projections); full (every layer from its input, its communication included);
-op_sac (torchtitan's per-op selective checkpointing: every second matmul of a block and its element-wise
-ops; the attention core is saved). The first four keep the codes of `strategy.RECOMPUTE` so that
-Megatron-Core's names map onto themselves."""
+RECOMPUTE_KINDS = ("none", "core_attention", "modules", "full", "op_sac", "save_dot_except_mlpwi", "save_qkv_proj")
+"""What a recompute setting recomputes in backward (planner/recompute.py writes each one out): none;
+core_attention (the attention core, Megatron's selective, Korthikanti 2022); modules (Megatron
+--recompute-modules: core attention, norms, the MoE activation and MLA's up-projections); full (every layer
+from its input, its communication included); op_sac (torchtitan's per-op selective checkpointing: every
+second matmul of a block and its element-wise ops; the attention core is saved); save_dot_except_mlpwi and
+save_qkv_proj (MaxText remat policies: everything but the named projections' outputs is recomputed). The
+first four keep the codes of `strategy.RECOMPUTE` so that Megatron-Core's names map onto themselves."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
