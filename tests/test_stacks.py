@@ -46,12 +46,12 @@ def test_megatron_names_keep_their_codes():
 def test_user_stack_file_overrides_a_preset_and_sources_follow(tmp_path):
     path = tmp_path / "my-titan.yaml"
     path.write_text("name: my-titan\nbase: torchtitan\nkernels: {attention: cudnn}\n"
-                    "communication: {prefetch_blocks: 2}\n"
+                    "communication: {zero3_bucket_params: 20000000}\n"
                     "sources: {kernels.attention: 'our build: SDPA cuDNN backend'}\n")
     stack = load_stack(str(path))
     assert stack.kernels.attention == "cudnn" and stack.kernels.compile_scope == "block"
     assert stack.sources["kernels.attention"] == "our build: SDPA cuDNN backend"
-    assert stack.sources["communication.prefetch_blocks"] == f"set in {path}"
+    assert stack.sources["communication.zero3_bucket_params"] == f"set in {path}"
     assert stack.sources["kernels.compile_scope"] == load_stack("torchtitan").sources["kernels.compile_scope"]
 
 

@@ -83,6 +83,8 @@ def explain(
     etp: Annotated[int, typer.Option(min=1, help="Tensor parallelism inside each expert.")] = 1,
     vpp: Annotated[int, typer.Option(min=1, help="Model chunks per pipeline rank (interleaving).")] = 1,
     zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = Megatron distributed optimizer).")] = 1,
+    dp_replicate: Annotated[int, typer.Option(
+        min=1, help="Replicas of the ZeRO shard group (HSDP): shard over dp/N ranks, all-reduce over N.")] = 1,
     sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Megatron sequence parallelism.")] = True,
     recompute: Annotated[str, typer.Option(
         help=", ".join(RECOMPUTE) + ", or blocks:F (full recompute of a fraction F of the blocks).")] = "none",
@@ -129,7 +131,8 @@ def explain(
     workload = parse_expert_load(expert_load, model_spec)
     dp = max(1, gpus // (tp * pp * cp))
     strategy = Strategy(
-        tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, sp=sp, recompute=recompute, mbs=mbs,
+        tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, dp_replicate=dp_replicate, sp=sp, recompute=recompute,
+        mbs=mbs,
         gbs=gbs if gbs is not None else dp * mbs, seq=seq,
         schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"), precision=precision,
         flash_attention=attention == "flash", tp_overlap=tp_overlap, dispatch=dispatch,

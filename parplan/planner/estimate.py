@@ -188,7 +188,7 @@ _LAYER_KEYS = ("tp", "cp", "ep", "etp", "mbs", "seq", "sp", "precision", "flash_
                "recompute_blocks", "tp_overlap", "schedule", "dispatch", "redundant_experts", "ep_overlap")
 """The fields per-layer work depends on; pp, vpp, zero, gbs, p2p_overlap and pp_scatter_gather only change
 how the work is combined (pipeline transfers and the step)."""
-_GRID_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp", "schedule", "redundant_experts")
+_GRID_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp", "schedule", "redundant_experts", "dp_replicate")
 """The fields data-parallel traffic depends on (group sizes and the parameters a rank holds)."""
 
 
@@ -265,14 +265,12 @@ def _rank_params(ctx: Ctx, pat: dict[str, np.ndarray]) -> _RankParams:
 
 def _model_states(ctx: Ctx, params: _RankParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(N, K) bytes of weights, gradients and optimizer states per rank pattern: dense parameters sharded
-    over cp·dp, expert parameters over the expert-DP group. The memory model and the optimizer step (which
-    streams the states) both read them."""
+    over the cp·dp shard group, expert parameters over the expert-DP one (each a 1/dp_replicate of the group
+    with HSDP). The memory model and the optimizer step (which streams the states) both read them."""
     zero = ctx.lay.zero[:, None]
     sharded_grads = comm.reduces_every_microbatch(ctx)[:, None]
-    dense = memory.model_state_bytes(params.dense, (ctx.c * ctx.dp).astype(float)[:, None], zero,
-                                     grads_sharded=sharded_grads)
-    expert = memory.model_state_bytes(params.expert, ctx.edp.astype(float)[:, None], zero,
-                                      grads_sharded=sharded_grads)
+    dense = memory.model_state_bytes(params.dense, ctx.shard[:, None], zero, grads_sharded=sharded_grads)
+    expert = memory.model_state_bytes(params.expert, ctx.eshard[:, None], zero, grads_sharded=sharded_grads)
     weights, grads, optim = (d + e for d, e in zip(dense, expert, strict=True))
     return weights, grads, optim
 

@@ -169,7 +169,7 @@ def _expand(cell: dict, gbs: int, seq: int, space: SearchSpace) -> dict[str, np.
         "tp": full(cell["tp"]), "pp": full(cell["pp"]), "cp": full(cell["cp"]), "ep": expert[e_idx, 0],
         "etp": expert[e_idx, 1], "vpp": vpps[s_idx], "zero": zero, "mbs": mbs, "gbs": full(gbs), "seq": full(seq),
         "sp": sp_ovl[pair, 0], "recompute": rc, "schedule": codes[s_idx], "precision": prec,
-        "recompute_blocks": full(1.0, float),
+        "recompute_blocks": full(1.0, float), "dp_replicate": full(1),
         "flash_attention": full(True, bool), "tp_overlap": sp_ovl[pair, 1], "dispatch": full(0, np.int8),
         "redundant_experts": redundant, "ep_overlap": full(False, bool),
         "p2p_overlap": full(True, bool),

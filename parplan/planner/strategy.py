@@ -79,6 +79,11 @@ class Strategy:
     zero: int = 1
     """ZeRO stage over the data-parallel group: 0 plain DDP, 1 optimizer states (Megatron distributed
     optimizer), 2 + gradients, 3 + parameters (FSDP full shard)."""
+    dp_replicate: int = 1
+    """Replicas of the sharded data-parallel group: ZeRO shards over cp·dp/dp_replicate ranks and each shard's
+    gradients are then all-reduced over the dp_replicate replicas (HSDP: torchtitan
+    data_parallel_replicate_degree, FSDP HYBRID_SHARD, MaxText dcn_data_parallelism; Megatron
+    --num-distributed-optimizer-instances). 1: one group over all of cp·dp."""
     sp: bool = True
     """Megatron sequence parallelism on the TP group (ignored when tp = 1)."""
     recompute: str = "none"
@@ -141,6 +146,8 @@ class Strategy:
             # normalise so equal layouts compare equal.
             object.__setattr__(self, "sp", False)
             object.__setattr__(self, "tp_overlap", False)
+        if self.zero == 0:
+            object.__setattr__(self, "dp_replicate", 1)  # nothing is sharded: one all-reduce over all of dp
         if self.recompute == "none":
             object.__setattr__(self, "recompute_blocks", 1.0)  # nothing to apply to a fraction of
         if self.pp == 1 or self.schedule != "interleaved":
@@ -161,7 +168,8 @@ class Strategy:
         the sequence and every switch that is not its default."""
         parts = [f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp(gpus)}"]
         parts += [f"{name}={value}" for name, value in (("cp", self.cp), ("ep", self.ep), ("etp", self.etp),
-                                                          ("vpp", self.vpp)) if value != 1]
+                                                          ("vpp", self.vpp), ("dp_replicate", self.dp_replicate))
+                  if value != 1]
         parts += [f"zero={self.zero}", "sp" if self.sp else "no-sp",
                   f"recompute={recompute_label(self.recompute, self.recompute_blocks)}",
                   f"mbs={self.mbs}", f"gbs={self.gbs}", f"seq={self.seq}", self.schedule, self.precision]
@@ -205,6 +213,7 @@ class Layouts:
     etp: np.ndarray
     vpp: np.ndarray
     zero: np.ndarray
+    dp_replicate: np.ndarray
     mbs: np.ndarray
     gbs: np.ndarray
     seq: np.ndarray
@@ -291,6 +300,10 @@ RULES: tuple[Rule, ...] = (
     Rule("grid_divides_gpus", lambda lay, m, c: c.gpus % (lay.tp * lay.pp * lay.cp) == 0,
          lambda s, m, c: f"tp·pp·cp = {s.tp}·{s.pp}·{s.cp} = {s.tp * s.pp * s.cp} does not divide the "
                          f"{c.gpus} GPUs (dp = gpus / (tp·pp·cp) must be a whole number)"),
+    Rule("dp_replicate", lambda lay, m, c: (lay.dp_replicate >= 1) & (lay.dp(c.gpus) % lay.dp_replicate == 0)
+         & ((lay.dp_replicate == 1) | ((c.gpus // lay.pp) % (lay.ep * lay.etp * lay.dp_replicate) == 0)),
+         lambda s, m, c: f"dp_replicate={s.dp_replicate} must divide dp = {s.dp(c.gpus)} and the expert data-"
+                         f"parallel size {c.gpus // s.pp // (s.ep * s.etp)} (each replica holds whole shards)"),
     Rule("tp_divides_heads", lambda lay, m, c: m.attention.heads % lay.tp == 0,
          lambda s, m, c: f"tp={s.tp} must divide the {m.attention.heads} attention heads"),
     Rule("tp_divides_kv_heads", lambda lay, m, c: m.attention.kv_heads % lay.tp == 0,

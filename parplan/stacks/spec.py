@@ -92,11 +92,15 @@ class Communication:
     reshard_under_pp: bool
     """Whether that re-gather also happens with a pipeline (False: the gathered parameters stay for the
     micro-batches' backward, ZeRO-2-like)."""
-    prefetch_blocks: int
-    """Blocks whose parameter gather may run ahead of the block computing: a gather hides behind that many
-    blocks of compute, and the first one of each pass waits."""
+    zero3_bucket_params: float
+    """ZeRO-3 splits each pass over the parameters into collectives of at most this many parameters (and at
+    least one per transformer block); 0: one collective per block, the unit FSDP wraps and prefetches one
+    ahead of the block computing."""
     tp_style: str
     """How tensor parallelism communicates (one of TP_STYLES)."""
+    zero3_overlaps_tp: bool
+    """ZeRO-3's gathers and reduce-scatters still overlap compute when the layer is also tensor-parallel
+    (False: they are exposed, as in FSDP2 composed with DTensor TP)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
