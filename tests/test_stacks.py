@@ -187,3 +187,52 @@ def test_stacks_list_and_show(run_cli, run_json):
     assert code == 0 and "grad_reduce_bytes" in out and "bfSixteen" in out
     code, _, err = run_cli("stacks", "show", "nope")
     assert code == 1 and "unknown stack" in err
+
+
+def _subset(tmp_path, ids: set[str]):
+    """A runs file holding some of the shipped runs (their real measurements), beside their model files."""
+    import yaml
+
+    from parplan.planner.validate import SHIPPED_RUNS
+
+    entries = [e for name in SHIPPED_RUNS for e in yaml.safe_load((data_dir("runs") / name).read_text())
+               if e["id"] in ids]
+    shutil.copytree(data_dir("runs") / "models", tmp_path / "models")
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump(entries, sort_keys=False))
+    return path
+
+
+TITAN_RUNS = {"torchtitan_asynctp_l31_8b_fsdp8_tp8_bf16_vanillatp", "torchao_l3_8b_h100_fsdp8_bf16"}
+"""One tier-A run from each of two torchtitan source groups (the torchtitan asyncTP and torchao benchmarks)."""
+
+
+def test_calibrate_stack_fits_its_knob_and_writes_a_reproducible_file(run_cli, tmp_path):
+    runs = _subset(tmp_path, TITAN_RUNS)
+    out = tmp_path / "titan.yaml"
+    code, text, err = run_cli("calibrate", "--stack", "torchtitan", "--runs", str(runs), "--out", str(out), "--json")
+    assert code == 0, err
+    doc = json.loads(text)
+    assert doc["rms_error_after"] < doc["rms_error_before"]
+    fitted = load_stack(str(out))
+    assert fitted.kernels.compute_scale == pytest.approx(doc["knobs"]["kernels.compute_scale"], abs=1e-4)
+    assert fitted.fit["prior"] == {"compute_scale": 1.0}  # the fit started from the prior, not the shipped value
+    assert "fitted by parplan calibrate --stack torchtitan" in fitted.sources["kernels.compute_scale"]
+    # The recorded command run again gives the same knob (it starts from the recorded prior).
+    code, again, err = run_cli(*fitted.fit["command"].split()[1:], "--json")
+    assert code == 0, err
+    assert json.loads(again)["knobs"]["kernels.compute_scale"] == pytest.approx(doc["knobs"]["kernels.compute_scale"], rel=1e-6)
+
+
+def test_cross_validation_predicts_each_group_from_the_others(run_json, tmp_path):
+    runs = _subset(tmp_path, TITAN_RUNS)
+    doc = run_json("validate", "--data", str(runs), "--cross-validate")
+    groups = {g["group"]: g for g in doc["groups"]}
+    assert set(groups) == {"torchtitan_asynctp", "torchao_e2e"}
+    assert all(g["refitted"] and g["stack"] == "torchtitan" and g["runs"] == 1 for g in groups.values())
+    assert doc["overall"]["runs"] == 2
+
+
+def test_calibrate_needs_a_cluster_or_a_stack(run_cli):
+    code, _, err = run_cli("calibrate")
+    assert code == 2 and "--cluster" in err

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import numpy as np
 import typer
 from rich.table import Table
 
 from parplan.cli._options import JsonOpt, RunsCompileOpt, RunsStackOpt
 from parplan.cli._output import console, print_json
+from parplan.planner.stack_fit import HeldOut
+from parplan.planner.stack_fit import cross_validate as cross_validate_runs
 from parplan.planner.validate import (
     RankResult,
     load_runs,
@@ -30,6 +33,9 @@ def validate(
     group: Annotated[str | None, typer.Option(help="Only runs of this group (e.g. mbridge).")] = None,
     rank: Annotated[bool, typer.Option("--rank", help="Also search each run's job and rank the published "
                                                       "layout among all layouts (slow: one search per run).")] = False,
+    cross_validate: Annotated[bool, typer.Option(
+        "--cross-validate", help="Leave one source group out: refit the calibrated stack knobs on the other "
+                                 "groups, predict the group (slow: one fit per group).")] = False,
     stack: RunsStackOpt = None,
     compile: RunsCompileOpt = None,
     json_out: JsonOpt = False,
@@ -42,6 +48,13 @@ def validate(
         runs = [r for r in runs if r.tier == tier]
     if group:
         runs = [r for r in runs if r.group == group]
+    if cross_validate:
+        # The held-out groups are predicted with refitted knobs of the full set's stacks; --tier/--group only
+        # narrow what is reported.
+        everyone = with_compile(load_runs(data), compile)
+        shown = {r.group for r in runs}
+        _show_cross_validation([h for h in cross_validate_runs(everyone) if h.group in shown], json_out)
+        return
     results = validate_runs(runs, override)
     if rank:
         _show_ranks(rank_runs(results, override), json_out)
@@ -86,6 +99,28 @@ def validate(
                             _pct(row["mean_abs_error"]), _pct(row["max_abs_error"]),
                             _pct(row["memory_median_abs_error"]))
         console.print(summary)
+
+
+def _show_cross_validation(held: list[HeldOut], json_out: bool) -> None:
+    every = [abs(e) for h in held for e in h.errors]
+    overall = {"runs": len(every), "median_abs_error": float(np.median(every)) if every else None,
+               "p90_abs_error": float(np.percentile(every, 90)) if every else None}
+    rows = [{"group": h.group, "stack": h.stack, "refitted": h.refitted, "runs": len(h.errors),
+             "median_abs_error": float(np.median(np.abs(h.errors))),
+             "p90_abs_error": float(np.percentile(np.abs(h.errors), 90))} for h in held]
+    if json_out:
+        print_json({"groups": rows, "overall": overall})
+        return
+    table = Table(title="Leave one group out: each group predicted with its stack's knobs refitted on the other "
+                        "groups", title_justify="left")
+    for col in ("group", "stack", "knobs", "runs", "median", "p90"):
+        table.add_column(col, justify="left" if col in ("group", "stack", "knobs") else "right")
+    for row in rows:
+        table.add_row(row["group"], row["stack"], "refitted" if row["refitted"] else "prior / uncalibrated",
+                      str(row["runs"]), _pct(row["median_abs_error"]), _pct(row["p90_abs_error"]))
+    table.add_row("all", "", "", str(overall["runs"]), _pct(overall["median_abs_error"]),
+                  _pct(overall["p90_abs_error"]))
+    console.print(table)
 
 
 def _show_ranks(ranks: list[RankResult], json_out: bool) -> None:

@@ -101,8 +101,11 @@ class Calibration:
     nvlink_overlap_cost: float = 0.15
     """Share of compute throughput lost while NVLink communication overlaps it (Calculon's processor_usage
     for NVLink tiers, systems/*.json)."""
-    nic_overlap_cost: float = 0.02
-    """Same for communication over the NIC (Calculon: 2% for InfiniBand tiers)."""
+    nic_overlap_cost: float = 0.15
+    """Same for communication over the NIC. NCCL drives cross-node collectives with SM kernels too (one CTA
+    per channel, the data staged through HBM), so the share is the NVLink one: DeepSeek-V3 §3.2.2 gives 20 of
+    the H800's 132 SMs (15%) to communication kernels. (Calculon's 2% for InfiniBand tiers left fms-fsdp's
+    and MaxText's FSDP traffic free.)"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -93,6 +93,12 @@ class LayerTime:
         return self.gemm_b + self.attn_b + self.elem_b + self.launch_b
 
 
+def compute_scale(ctx: Ctx) -> float:
+    """Throughput of the GEMM and attention kernels relative to the GPU's measured curves: the cluster's
+    calibrated scale times the stack's (StackSpec.kernels.compute_scale)."""
+    return ctx.cluster.calibration.compute_scale * ctx.stack.kernels.compute_scale
+
+
 def gemm_shapes(ctx: Ctx, kind: LayerKind):
     """(linear, M, N, K, count) per linear layer of a layer kind, after the parallel splits."""
     model, t, et, e = ctx.model, ctx.t, ctx.et, ctx.e
@@ -158,7 +164,7 @@ class GemmWork:
 def gemm_work(ctx: Ctx, kind: LayerKind, keep: Callable[[Linear], float] = lambda lin: 1.0) -> GemmWork:
     """Forward, data-grad and weight-grad GEMMs of the linears of a layer of `kind`, each weighted by `keep`
     (True/1 counts a linear whole, False/0 leaves it out, a fraction counts that share of its work)."""
-    scale = ctx.cluster.calibration.compute_scale
+    scale = compute_scale(ctx)
     fwd = bwd = wgrad = flops = fp8_inputs = weights = 0.0
     for lin, m, n, k, count in gemm_shapes(ctx, kind):
         share = float(keep(lin))
@@ -189,7 +195,7 @@ def _attention(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
     heads = a.heads / ctx.t
     d_qk, d_v = a.qk_head_dim, a.v_head_dim
     share_sliding = a.sliding_layers / model.layers
-    peak = gpu.peak_tflops["bf16"] * 1e12 * ctx.cluster.calibration.compute_scale
+    peak = gpu.peak_tflops["bf16"] * 1e12 * compute_scale(ctx)
     fwd = bwd = 0.0
     for share, sliding in ((1 - share_sliding, False), (share_sliding, True)):
         if share == 0:
@@ -216,8 +222,8 @@ def _attention(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
         drop = 5.0 if model.dropout else 0.0
         soft_f = memory_bound_time(gpu, scores * (4.0 + drop), 2)
         soft_b = memory_bound_time(gpu, scores * (6.0 + drop), 2)
-        unfused_f = (qk + pv) / ctx.cluster.calibration.compute_scale + soft_f
-        unfused_b = bwd_gemms / ctx.cluster.calibration.compute_scale + soft_b
+        unfused_f = (qk + pv) / compute_scale(ctx) + soft_f
+        unfused_b = bwd_gemms / compute_scale(ctx) + soft_b
         fwd = fwd + share * np.where(ctx.flash, flash_f, unfused_f)
         bwd = bwd + share * np.where(ctx.flash, flash_b, unfused_b)
     return fwd, bwd
@@ -324,13 +330,28 @@ def layer_time(ctx: Ctx, kind: LayerKind) -> LayerTime:
                      attn_b=attn_b, elem_f=elem_f, elem_b=elem_b, launch_f=launch_f, launch_b=launch_b)
 
 
-def layer_kernels(ctx: Ctx, kind: LayerKind) -> int:
-    """Kernels one layer's forward launches: one GEMM per linear, the attention kernel and the element-wise
-    kernels; compiled, the element-wise chain between two GEMMs becomes one generated kernel."""
-    gemms = len(ctx.model.layer_linears(kind))
+FP8_CAST_KERNELS = 2
+"""Kernels an fp8 GEMM adds for its activation operand: the amax/scale and the cast (with its transpose for the
+other GEMM of the pair); weights are cast once per step (FP8_CAST_BYTES)."""
+
+MOE_ROUTING_KERNELS = 8
+"""Kernels of an MoE layer's routing beyond its GEMMs: router softmax/top-k, permute, the dispatch all-to-all,
+unpermute with the routing weights, the combine all-to-all (Megatron's MoEAlltoAllTokenDispatcher)."""
+
+
+def layer_kernels(ctx: Ctx, kind: LayerKind) -> np.ndarray:
+    """Kernels one layer's forward launches: one GEMM per linear, and per local expert slot for the routed
+    experts (Transformer Engine's GroupedLinear calls a GEMM per expert), each fp8 GEMM with its casts, the
+    attention kernel and the element-wise and routing kernels; compiled, the element-wise chain between two
+    GEMMs becomes one generated kernel."""
+    gemms = np.zeros(len(ctx.lay))
+    for lin in ctx.model.layer_linears(kind):
+        calls = (lin.instances + ctx.redundant) / ctx.e if lin.block is Block.EXPERTS else 1.0
+        gemms = gemms + calls * np.where(ctx.fp8 & (lin.block is not Block.ROUTER), 1 + FP8_CAST_KERNELS, 1)
+    routing = MOE_ROUTING_KERNELS if kind is LayerKind.MOE else 0
     if ctx.stack.compiled:
-        return 2 * gemms + 1
-    return gemms + 1 + ELEMENTWISE_KERNELS + _extra_kernels(ctx)
+        return 2 * gemms + 1 + routing
+    return gemms + 1 + ELEMENTWISE_KERNELS + _extra_kernels(ctx) + routing
 
 
 def launch_time(ctx: Ctx, kind: LayerKind, gpu_f: np.ndarray, gpu_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -339,7 +360,8 @@ def launch_time(ctx: Ctx, kind: LayerKind, gpu_f: np.ndarray, gpu_b: np.ndarray)
     ahead of the GPU, so only what exceeds the GPU's own time on them is exposed. CUDA graphs replay the
     layer's kernels without the host."""
     if ctx.stack.kernels.cuda_graphs:
-        return 0.0, 0.0
+        zero = np.zeros(len(ctx.lay))
+        return zero, zero
     host_f = layer_kernels(ctx, kind) * ctx.stack.kernels.host_us_per_kernel * 1e-6
     return np.maximum(host_f - gpu_f, 0.0), np.maximum(2.0 * host_f - gpu_b, 0.0)
 
@@ -347,7 +369,7 @@ def launch_time(ctx: Ctx, kind: LayerKind, gpu_f: np.ndarray, gpu_b: np.ndarray)
 def head_time(ctx: Ctx) -> LayerTime:
     """LM head GEMM (vocab-parallel over tp) and the cross entropy on the last pipeline stage."""
     gpu = ctx.cluster.gpu
-    scale = ctx.cluster.calibration.compute_scale
+    scale = compute_scale(ctx)
     h, vp = ctx.model.hidden, ctx.vocab_padded / ctx.t
     m = ctx.tokens
     # Megatron keeps the output layer in bf16 under fp8 recipes.

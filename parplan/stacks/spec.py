@@ -76,7 +76,11 @@ class Kernels:
     """Kernels are replayed from captured CUDA graphs: the host launches a graph, not each kernel."""
     host_us_per_kernel: float
     """CPU time to dispatch one kernel from eager Python, microseconds (PyTorch op dispatch plus the
-    launch); the GPU starves when its work per kernel is shorter."""
+    launch); the GPU starves when its work per kernel is shorter. A calibrated knob."""
+    compute_scale: float
+    """Throughput of the stack's GEMM and attention kernels relative to the GPU's measured curves (cuBLAS and
+    the attention kernel's own figures), 1.0 = as measured. A calibrated knob: the stack's residual kernel
+    efficiency its public runs show."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
