@@ -10,6 +10,7 @@ from rich.table import Table
 
 from parplan.cli._options import JsonOpt, RunsCompileOpt, RunsStackOpt
 from parplan.cli._output import console, print_json
+from parplan.planner.api import why_better
 from parplan.planner.stack_fit import HeldOut
 from parplan.planner.stack_fit import cross_validate as cross_validate_runs
 from parplan.planner.validate import (
@@ -130,6 +131,7 @@ def _show_ranks(ranks: list[RankResult], json_out: bool) -> None:
             "best_tokens_per_s_per_gpu": k.best.tokens_per_s_per_gpu if k.best else None, "gap": k.gap,
             "rank": k.rank, "searched": k.searched,
             "best_strategy": k.best.strategy.as_dict(k.best.gpus) if k.best else None,
+            "why": _why(k),
         } for k in ranks]})
         return
     table = Table(title="Published layouts among all layouts (predicted tokens/s/GPU)", title_justify="left")
@@ -142,3 +144,14 @@ def _show_ranks(ranks: list[RankResult], json_out: bool) -> None:
                       "does not fit" if k.rank is None else f"{k.rank:,} of {k.searched:,}",
                       best.strategy.describe(best.gpus) if best else "nothing fits")
     console.print(table)
+    for k in ranks:
+        if k.gap is not None and k.gap > 0.15:
+            console.print(f"{k.result.run.id}: {_why(k)}", highlight=False)
+
+
+def _why(k: RankResult) -> str | None:
+    """Where the planner's best beats the published layout, the physics of it: the time components that
+    differ most (planner.api.why_better)."""
+    if k.best is None or k.result.estimate is None or k.gap is None or k.gap <= 0:
+        return None
+    return why_better(k.best, k.result.estimate, "the published layout")

@@ -56,13 +56,12 @@ def _errors(runs: list[PublishedRun], cases: list, stack: StackSpec) -> np.ndarr
 
 
 @dataclass(frozen=True, slots=True)
-class StackFit:
-    stack: StackSpec
-    """The stack with its fitted knobs."""
-    values: dict[str, float]
+class Residuals:
+    """Each run's throughput error before and after a fit (a cluster's knobs or a stack's)."""
+
     runs: tuple[str, ...]
     errors_before: tuple[float, ...]
-    """Per run, with the knobs' prior values."""
+    """(predicted − measured) / measured tokens/s/GPU per run with the knobs' starting values."""
     errors_after: tuple[float, ...]
 
     @staticmethod
@@ -76,6 +75,13 @@ class StackFit:
     @property
     def rms_after(self) -> float:
         return self._rms(self.errors_after)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StackFit(Residuals):
+    stack: StackSpec
+    """The stack with its fitted knobs."""
+    values: dict[str, float]
 
 
 def stack_runs(runs: Iterable[PublishedRun], stack: StackSpec) -> list[PublishedRun]:
