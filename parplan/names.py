@@ -6,6 +6,8 @@ the cost model; `parplan.planner.strategy` and `parplan.export` read them from h
 """
 
 RECOMPUTE = ("none", "selective", "modules", "full")
+BLOCKS_PREFIX = "blocks:"
+"""Recompute form "blocks:F": full recompute of a fraction F of the transformer blocks."""
 SCHEDULES = ("1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev")
 PRECISIONS = ("bf16", "fp8")
 DISPATCHERS = ("alltoall", "deepep", "deepep-fp8")
@@ -13,6 +15,9 @@ DISPATCHERS = ("alltoall", "deepep", "deepep-fp8")
 one copy per destination node and forwards it over NVLink there (DeepEP, Megatron's flex dispatcher);
 deepep-fp8 also dispatches in fp8 (combine stays bf16), as DeepSeek-V3 trained."""
 FRAMEWORKS = ("megatron", "deepspeed", "torchtitan")
+DEFAULT_STACK = "megatron-core"
+"""The software stack a layout is costed as when none is named: Megatron-LM / NeMo with Transformer Engine
+(parplan.stacks; presets in parplan/data/stacks)."""
 """Each is the module parplan.export.<name>, imported when first used."""
 ENGINES = ("vllm", "sglang", "trtllm")
 """Serving engines (parplan.serving.engines holds what each runs and how)."""

@@ -7,6 +7,7 @@ import itertools
 import json
 
 import pytest
+from conftest import ANY_STACK
 
 from parplan import load_cluster, load_model
 from parplan.cli.explain import explain_args
@@ -16,6 +17,7 @@ from parplan.planner.api import plan as plan_api
 from parplan.planner.api import space_from_options
 from parplan.planner.search import SearchSpace, enumerate_layouts, plan, plan_or_raise
 from parplan.planner.strategy import SCHEDULES
+from parplan.stacks import load_stack
 
 
 def _divisors(n):
@@ -23,7 +25,8 @@ def _divisors(n):
 
 
 def brute_force(model, cluster, gbs, seq, space: SearchSpace):
-    """Every combination of the space's values, checked and evaluated one by one with `evaluate`."""
+    """Every combination of the space's values, checked and evaluated one by one with `evaluate` (as a stack
+    that runs every valid layout)."""
     g = cluster.gpus
     best = None
     count = 0
@@ -50,7 +53,7 @@ def brute_force(model, cluster, gbs, seq, space: SearchSpace):
         except InvalidStrategyError:
             continue
         count += 1
-        est = evaluate(model, cluster, s)
+        est = evaluate(model, cluster, s, stack=ANY_STACK)
         if est.required_gib <= cluster.gpu.hbm_gib * space.max_memory_fraction and (
                 best is None or est.tokens_per_s_per_gpu > best.tokens_per_s_per_gpu + 1e-9):
             best = est
@@ -67,7 +70,7 @@ def test_plan_is_exhaustive_against_brute_force(name, gpus, gbs, seq):
     most layouts skipped by the search's bounds rather than costed."""
     model, cluster = load_model(name), load_cluster("h100", gpus=gpus)
     best, count = brute_force(model, cluster, gbs, seq, SMALL)
-    result = plan(model, cluster, gbs=gbs, seq=seq, space=SMALL, top=3)
+    result = plan(model, cluster, gbs=gbs, seq=seq, space=SMALL, top=3, stack=load_stack(ANY_STACK))
     assert result.evaluated == count
     assert result.skipped > 0  # the bounds proved blocks slower: the pruned path is what is checked
     assert result.plans[0].tokens_per_s_per_gpu == pytest.approx(best.tokens_per_s_per_gpu, rel=1e-12)
@@ -79,7 +82,7 @@ def test_moe_space_against_brute_force():
     space = SearchSpace(tp=(1, 2), pp=(1, 2), cp=(1,), ep=(1, 2, 4), etp=(1, 2), zero=(1,), recompute=("none",),
                         schedule=("1f1b", "dualpipe", "interleaved"), vpp=(1, 2), mbs=(1, 2))
     best, count = brute_force(model, cluster, 64, 4096, space)
-    result = plan(model, cluster, gbs=64, seq=4096, space=space)
+    result = plan(model, cluster, gbs=64, seq=4096, space=space, stack=load_stack(ANY_STACK))
     assert result.evaluated == count and result.skipped > 0
     assert result.plans[0].step_time_s == pytest.approx(best.step_time_s, rel=1e-12)
 
@@ -221,7 +224,7 @@ def test_cli_plan_for_deepspeed_costs_partitioned_stage_tensors(run_json):
 
 
 @pytest.mark.parametrize(("model", "gpus", "s"), [
-    ("llama3.1-8b", 32, Strategy(tp=2, pp=2, sp=False, pp_scatter_gather=True, zero=0, recompute="full", mbs=2,
+    ("llama3.1-8b", 32, Strategy(tp=2, pp=2, sp=False, pp_scatter_gather=True, zero=0, recompute="blocks:1/4", mbs=2,
                                  gbs=16, seq=2048, schedule="zb-h1", flash_attention=False)),
     ("llama3.1-8b", 32, Strategy(tp=4, pp=2, vpp=2, cp=2, schedule="interleaved", p2p_overlap=False, tp_overlap=True,
                                  zero=2, gbs=8, seq=4096, recompute="selective")),
@@ -230,7 +233,7 @@ def test_cli_plan_for_deepspeed_costs_partitioned_stage_tensors(run_json):
 ])
 def test_explain_args_reproduce_every_strategy_field(run_json, model, gpus, s):
     """The command plan prints to inspect a layout gives explain that very layout, field by field."""
-    doc = run_json("explain", "-m", model, "-c", "h100", "-n", str(gpus), *explain_args(s))
+    doc = run_json("explain", "-m", model, "-c", "h100", "-n", str(gpus), *explain_args(s), "--stack", ANY_STACK)
     assert {k: v for k, v in doc["strategy"].items() if k not in ("dp", "microbatches")} == dataclasses.asdict(s)
 
 

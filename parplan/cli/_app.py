@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from parplan.cli import bench, hardware, models, serve
+from parplan.cli import bench, hardware, models, serve, stacks
 from parplan.cli.calibrate import calibrate_command
 from parplan.cli.explain import explain
 from parplan.cli.export import export_command
@@ -21,6 +21,7 @@ app = typer.Typer(
 )
 app.add_typer(models.app, name="models")
 app.add_typer(hardware.app, name="hardware")
+app.add_typer(stacks.app, name="stacks")
 app.command("plan")(plan_command)
 app.command("explain")(explain)
 app.command("scale")(scale_command)

@@ -20,6 +20,16 @@ ExpertLoadOpt = Annotated[str | None, typer.Option(
 GpuCountsOpt = Annotated[str, typer.Option(
     "--gpus", "-n", help="GPU count, list (256,512) or powers of two (256..4096).")]
 PrecisionsOpt = Annotated[str, typer.Option(help=f"Allowed: {','.join(PRECISIONS)} (a list such as bf16,fp8).")]
+StackOpt = Annotated[str, typer.Option(
+    "--stack", help="Software stack the layout runs on: megatron-core (default), megatron-deepspeed, torchtitan, fsdp, "
+                    "nanotron, maxtext, deepseek, or a stack YAML file (parplan stacks list).")]
+CompileOpt = Annotated[bool | None, typer.Option(
+    "--compile/--no-compile", help="torch.compile on or off where the stack supports it (default: the stack's).")]
+RunsStackOpt = Annotated[str | None, typer.Option(
+    "--stack", help="Cost every run as this stack (preset or stack file); default: each run's own `stack:`.")]
+RunsCompileOpt = Annotated[bool | None, typer.Option(
+    "--compile/--no-compile", help="torch.compile on or off for every run whose stack can switch it "
+                                   "(default: each run's own `compile:`).")]
 MemoryFractionOpt = Annotated[float, typer.Option(min=0.1, max=1.0, help="Use at most this share of GPU memory.")]
 TimeLimitOpt = Annotated[float | None, typer.Option(
     help="Seconds: stop searching then and report the best layouts found so far, marked incomplete with the "

@@ -8,9 +8,18 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from parplan.cli._options import ClusterOpt, ExpertLoadOpt, GpusOpt, JsonOpt, ModelOpt, SeqOpt
+from parplan.cli._options import (
+    ClusterOpt,
+    CompileOpt,
+    ExpertLoadOpt,
+    GpusOpt,
+    JsonOpt,
+    ModelOpt,
+    SeqOpt,
+    StackOpt,
+)
 from parplan.cli._output import console, kv_table, print_json
-from parplan.names import DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES
+from parplan.names import BLOCKS_PREFIX, DEFAULT_STACK, DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES
 
 if TYPE_CHECKING:
     from parplan.planner.estimate import Estimate
@@ -32,7 +41,7 @@ _ALWAYS = ("tp", "pp", "zero", "sp", "recompute", "mbs", "gbs", "seq", "schedule
 def explain_args(s: Strategy) -> list[str]:
     """The `parplan explain` options that reproduce layout `s`: one option per Strategy field, so a field
     added to Strategy (and to explain) cannot be left out of the commands plan prints."""
-    from parplan.planner.strategy import Strategy
+    from parplan.planner.strategy import Strategy, recompute_label
 
     args: list[str] = []
     for field in dataclasses.fields(Strategy):
@@ -43,7 +52,11 @@ def explain_args(s: Strategy) -> list[str]:
         if field.name not in _ALWAYS and value == implied:
             continue
         option = "--" + field.name.replace("_", "-")
-        if field.name == "flash_attention":
+        if field.name == "recompute_blocks":
+            continue  # written with recompute, as blocks:F
+        if field.name == "recompute":
+            args += [option, recompute_label(s.recompute, s.recompute_blocks)]
+        elif field.name == "flash_attention":
             args += ["--attention", "flash" if value else "unfused"]
         elif isinstance(value, bool):
             args.append(option if value else option.replace("--", "--no-", 1))
@@ -63,8 +76,11 @@ def explain(
     etp: Annotated[int, typer.Option(min=1, help="Tensor parallelism inside each expert.")] = 1,
     vpp: Annotated[int, typer.Option(min=1, help="Model chunks per pipeline rank (interleaving).")] = 1,
     zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = Megatron distributed optimizer).")] = 1,
+    dp_replicate: Annotated[int, typer.Option(
+        min=1, help="Replicas of the ZeRO shard group (HSDP): shard over dp/N ranks, all-reduce over N.")] = 1,
     sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Megatron sequence parallelism.")] = True,
-    recompute: Annotated[str, typer.Option(help=", ".join(RECOMPUTE) + ".")] = "none",
+    recompute: Annotated[str, typer.Option(
+        help=", ".join(RECOMPUTE) + ", or blocks:F (full recompute of a fraction F of the blocks).")] = "none",
     mbs: Annotated[int, typer.Option(min=1, help="Micro-batch size (sequences).")] = 1,
     gbs: Annotated[int | None, typer.Option(min=1, help="Global batch (sequences); default dp·mbs.")] = None,
     seq: SeqOpt = 4096,
@@ -88,6 +104,8 @@ def explain(
         help="Without SP, send 1/tp of each stage-boundary tensor per TP rank and all-gather it "
              "(Megatron-LM before Megatron-Core, DeepSpeed's pipeline engine).")] = False,
     expert_load: ExpertLoadOpt = None,
+    stack: StackOpt = DEFAULT_STACK,
+    compile: CompileOpt = None,
     timeline: Annotated[bool, typer.Option("--timeline", help="Draw the pipeline schedule.")] = False,
     plot: Annotated[str | None, typer.Option(help="Write time and memory charts to this PNG (parplan[plot]).")]
     = None,
@@ -103,8 +121,10 @@ def explain(
     from parplan.planner.timeline import render
     from parplan.planner.workload import parse_expert_load
     from parplan.plots import plot_estimate
+    from parplan.stacks import load_stack
 
-    _choice(recompute, RECOMPUTE, "recompute")
+    if not recompute.startswith(BLOCKS_PREFIX):
+        _choice(recompute, RECOMPUTE, "recompute")
     _choice(precision, PRECISIONS, "precision")
     _choice(attention, ("flash", "unfused"), "attention")
     _choice(dispatch, DISPATCHERS, "dispatch")
@@ -115,7 +135,8 @@ def explain(
     workload = parse_expert_load(expert_load, model_spec)
     dp = max(1, gpus // (tp * pp * cp))
     strategy = Strategy(
-        tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, sp=sp, recompute=recompute, mbs=mbs,
+        tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, dp_replicate=dp_replicate, sp=sp, recompute=recompute,
+        mbs=mbs,
         gbs=gbs if gbs is not None else dp * mbs, seq=seq,
         schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"), precision=precision,
         flash_attention=attention == "flash", tp_overlap=tp_overlap, dispatch=dispatch,
@@ -129,8 +150,9 @@ def explain(
     if not p2p_overlap and not p2p_overlap_acts(strategy.pp, SCHEDULES.index(strategy.schedule)):
         raise typer.BadParameter("acts only on the interleaved schedule with pp > 1 (1F1B and ZB wait for their "
                                  "transfers, DualPipe always overlaps them)", param_hint="--no-p2p-overlap")
-    est = evaluate(model_spec, cluster_spec, strategy, workload=workload)
-    moe = moe_section(model_spec, cluster_spec, est, workload)
+    stack_spec = load_stack(stack, compile=compile)
+    est = evaluate(model_spec, cluster_spec, strategy, workload=workload, stack=stack_spec)
+    moe = moe_section(model_spec, cluster_spec, est, workload, stack_spec)
     sentence = bottleneck(est, cluster_spec)
     if plot:
         plot_estimate(est, plot)
@@ -138,6 +160,7 @@ def explain(
         doc = est.as_dict()
         doc["model_source"] = model
         doc["cluster_source"] = cluster
+        doc["stack_source"] = stack
         doc["bottleneck"] = sentence
         doc["moe"] = moe.as_dict() if moe else None
         if timeline:
@@ -182,6 +205,7 @@ def show_estimate(est: Estimate, sentence: str, moe: MoESection | None = None) -
         f"{est.model} on {est.gpus}× {est.cluster}",
         [
             ("layout", est.strategy.describe(est.gpus)),
+            ("stack", est.stack + (" (compiled)" if est.compile else "")),
             ("step time", f"{est.step_time_s:.3f} s"),
             ("throughput", f"{est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU ({est.tokens_per_s:,.0f} tokens/s)"),
             ("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}"),

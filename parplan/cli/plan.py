@@ -10,6 +10,7 @@ from rich.table import Table
 
 from parplan.cli._options import (
     ClusterOpt,
+    CompileOpt,
     ExpertLoadOpt,
     GpuCountsOpt,
     JsonOpt,
@@ -17,6 +18,7 @@ from parplan.cli._options import (
     ModelOpt,
     PrecisionsOpt,
     SeqOpt,
+    StackOpt,
     TimeLimitOpt,
     deadline,
     parse_gpu_counts,
@@ -24,7 +26,7 @@ from parplan.cli._options import (
 from parplan.cli._output import console, print_json, print_text, search_progress
 from parplan.cli.explain import explain_args
 from parplan.errors import ConfigError, NoFeasiblePlanError
-from parplan.names import DISPATCHERS, RECOMPUTE, SCHEDULES
+from parplan.names import DEFAULT_STACK, DISPATCHERS, RECOMPUTE, SCHEDULES
 
 if TYPE_CHECKING:
     from parplan.export import Launch
@@ -35,9 +37,15 @@ if TYPE_CHECKING:
 IntSpec = Annotated[str | None, typer.Option(help="A value, a list (1,2,4) or a range (1..16).")]
 
 
-def _explain_command(est: Estimate, model: str, cluster: str, expert_load: str | None) -> str:
-    parts = ["parplan explain --model", model, "--cluster", cluster, "--gpus", str(est.gpus),
-             *explain_args(est.strategy)]
+def _explain_command(est: Estimate, sources: dict[str, object], expert_load: str | None) -> str:
+    from parplan.stacks import load_stack
+
+    parts = ["parplan explain --model", str(sources["model_source"]), "--cluster", str(sources["cluster_source"]),
+             "--gpus", str(est.gpus), *explain_args(est.strategy)]
+    if sources["stack_source"] != DEFAULT_STACK:
+        parts += ["--stack", str(sources["stack_source"])]
+    if est.compile != load_stack(sources["stack_source"]).compiled:
+        parts.append("--compile" if est.compile else "--no-compile")
     return " ".join(parts + (["--expert-load", expert_load] if expert_load else []))
 
 
@@ -48,6 +56,8 @@ def _moe_cell(s: Strategy) -> str:
 
 
 def _plans_table(result: PlanResult, title: str, moe: bool) -> Table:
+    from parplan.planner.strategy import recompute_label
+
     table = Table(title=title, title_justify="left")
     cols = ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sp", "recompute", "mbs", "schedule", "prec"]
     cols += (["experts"] if moe else []) + ["tok/s/GPU", "MFU", "step s", "mem GiB"]
@@ -56,15 +66,15 @@ def _plans_table(result: PlanResult, title: str, moe: bool) -> Table:
     for i, e in enumerate(result.plans, 1):
         s = e.strategy
         row = [str(i), str(s.tp), str(s.pp), str(s.dp(e.gpus)), str(s.cp), str(s.ep), str(s.vpp), str(s.zero),
-               "on" if s.sp else "off", s.recompute, str(s.mbs), s.schedule + (" +ovl" if s.tp_overlap else ""),
-               s.precision]
+               "on" if s.sp else "off", recompute_label(s.recompute, s.recompute_blocks), str(s.mbs),
+               s.schedule + (" +ovl" if s.tp_overlap else ""), s.precision]
         row += ([_moe_cell(s)] if moe else []) + [f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.mfu:.1%}",
                                                  f"{e.step_time_s:.2f}", f"{e.required_gib:.1f}/{e.capacity_gib:g}"]
         table.add_row(*row)
     return table
 
 
-def _plan_doc(result: PlanResult, sources: dict[str, str]) -> dict[str, object]:
+def _plan_doc(result: PlanResult, sources: dict[str, object]) -> dict[str, object]:
     return {"evaluated": result.evaluated, "skipped": result.skipped, "feasible": result.feasible,
             "complete": result.complete, "layouts_left": result.left, "search_seconds": result.search_seconds,
             "plans": [{**e.as_dict(), **sources} for e in result.plans]}
@@ -118,6 +128,8 @@ def plan_command(
     tokens: Annotated[float | None, typer.Option(help="Token budget, e.g. 15e12 (with --days or for cost).")] = None,
     days: Annotated[float | None, typer.Option(help="Deadline in days: smallest GPU count meeting it.")] = None,
     top: Annotated[int, typer.Option(min=1, help="Rows to show.")] = 5,
+    stack: StackOpt = DEFAULT_STACK,
+    compile: CompileOpt = None,
     framework: Annotated[str | None, typer.Option(
         help="Only layouts this framework can run: megatron, deepspeed or torchtitan (every version parplan "
              "exports for), or one version, e.g. torchtitan@0.2.2.")] = None,
@@ -133,6 +145,7 @@ def plan_command(
     from parplan.planner.api import space_from_options
     from parplan.planner.search import OBJECTIVES, check_size, plan_or_raise
     from parplan.planner.workload import parse_expert_load
+    from parplan.stacks import load_stack
 
     if objective not in OBJECTIVES:
         raise typer.BadParameter(f"must be one of {', '.join(OBJECTIVES)}", param_hint="--objective")
@@ -148,12 +161,14 @@ def plan_command(
     model_spec = load_model(model)
     workload = parse_expert_load(expert_load, model_spec)
     base = load_cluster(cluster)
+    stack_spec = load_stack(stack, compile=compile)
     if space.precision == ("fp8",) and not base.gpu.supports_fp8:
         # Asked for fp8 only: say why instead of "no layout fits" (in a list, the fp8_supported rule drops it).
         raise ConfigError(f"{base.gpu.name} has no fp8 tensor cores; use --precision bf16", field="precision")
-    if framework is not None:
-        # DeepSpeed's pipeline engine partitions stage tensors over TP (PartitionedTensor): cost it so.
-        space = dataclasses.replace(space, pp_scatter_gather=framework.partition("@")[0] == "deepspeed")
+    # DeepSpeed's pipeline engine partitions stage tensors over TP (PartitionedTensor): cost it so.
+    writers = (framework, stack_spec.runs.exporter)
+    space = dataclasses.replace(space, pp_scatter_gather=any(w is not None and w.partition("@")[0] == "deepspeed"
+                                                             for w in writers))
 
     for n in counts:  # every size refused up front, before any is searched
         check_size(model_spec, base.with_gpus(n), gbs, seq)
@@ -167,7 +182,8 @@ def plan_command(
             try:
                 result = plan_or_raise(model_spec, base.with_gpus(n), gbs=gbs, seq=seq, space=space,
                                        objective=objective, top=top, within=within, progress=update,
-                                       layout_filter=layout_filter, workload=workload, deadline=until)
+                                       layout_filter=layout_filter, workload=workload, deadline=until,
+                                       stack=stack_spec)
             except NoFeasiblePlanError as e:
                 if len(counts) == 1:
                     raise
@@ -177,22 +193,21 @@ def plan_command(
     if not results:
         assert failure is not None
         raise failure
-    sources = {"model_source": model, "cluster_source": cluster}
+    sources = {"model_source": model, "cluster_source": cluster, "stack_source": stack}
     launch = None
     if emit is not None:
         best = results[-1][1].plans[0]  # the largest size that fits
         launch = export(model_spec, base.with_gpus(best.gpus), best.strategy, emit)
     if len(results) == 1:
-        _show_single(results[0][1], model, cluster, tokens, json_out, sources, launch, expert_load,
-                     model_spec.moe is not None)
+        _show_single(results[0][1], tokens, json_out, sources, launch, expert_load, model_spec.moe is not None)
     else:
         _show_sizes(results, tokens, days, json_out, sources)
         if launch is not None and not json_out:
             print_text(launch.text)
 
 
-def _show_single(result: PlanResult, model: str, cluster: str, tokens: float | None, json_out: bool,
-                 sources: dict[str, str], launch: Launch | None, expert_load: str | None, moe: bool) -> None:
+def _show_single(result: PlanResult, tokens: float | None, json_out: bool, sources: dict[str, object],
+                 launch: Launch | None, expert_load: str | None, moe: bool) -> None:
     from parplan.planner.api import why_better
 
     best = result.plans[0]
@@ -205,7 +220,8 @@ def _show_single(result: PlanResult, model: str, cluster: str, tokens: float | N
             doc["launch"] = launch.as_dict()
         print_json(doc)
         return
-    console.print(_plans_table(result, f"Best layouts of {best.model} on {best.gpus}× {best.cluster} "
+    console.print(_plans_table(result, f"Best layouts of {best.model} on {best.gpus}× {best.cluster} as "
+                                       f"{best.stack}{' (compiled)' if best.compile else ''} runs them "
                                        f"({search_summary(result)}; {result.search_seconds:.2f} s)", moe))
     note = incomplete_note(result)
     if note:
@@ -216,13 +232,13 @@ def _show_single(result: PlanResult, model: str, cluster: str, tokens: float | N
         console.print(f"{tokens:.3g} tokens take {best.days_for(tokens):.1f} days "
                       f"({best.gpu_hours_for(tokens):,.0f} GPU-hours).", highlight=False)
     console.print("Inspect it with:", highlight=False)
-    console.print(f"  {_explain_command(best, model, cluster, expert_load)}", highlight=False, soft_wrap=True)
+    console.print(f"  {_explain_command(best, sources, expert_load)}", highlight=False, soft_wrap=True)
     if launch is not None:
         print_text(launch.text)
 
 
 def _show_sizes(results: list[tuple[int, PlanResult]], tokens: float | None, days: float | None,
-                json_out: bool, sources: dict[str, str]) -> None:
+                json_out: bool, sources: dict[str, object]) -> None:
     chosen = None
     if tokens and days:
         meeting = [(n, r) for n, r in results if r.plans[0].days_for(tokens) <= days]

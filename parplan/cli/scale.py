@@ -9,6 +9,7 @@ from rich.table import Table
 
 from parplan.cli._options import (
     ClusterOpt,
+    CompileOpt,
     ExpertLoadOpt,
     GpuCountsOpt,
     JsonOpt,
@@ -16,12 +17,14 @@ from parplan.cli._options import (
     ModelOpt,
     PrecisionsOpt,
     SeqOpt,
+    StackOpt,
     TimeLimitOpt,
     deadline,
     parse_gpu_counts,
 )
 from parplan.cli._output import console, print_json, search_progress
 from parplan.errors import NoFeasiblePlanError
+from parplan.names import DEFAULT_STACK
 
 
 def _short(sentence: str) -> str:
@@ -39,6 +42,8 @@ def scale_command(
     precision: PrecisionsOpt = "bf16",
     max_memory_fraction: MemoryFractionOpt = 1.0,
     expert_load: ExpertLoadOpt = None,
+    stack: StackOpt = DEFAULT_STACK,
+    compile: CompileOpt = None,
     plot: Annotated[str | None, typer.Option(help="Write speedup and efficiency curves to this PNG.")] = None,
     time_limit: TimeLimitOpt = None,
     json_out: JsonOpt = False,
@@ -50,14 +55,17 @@ def scale_command(
     from parplan.planner.scaling import scale, thresholds
     from parplan.planner.workload import parse_expert_load
     from parplan.plots import plot_scaling
+    from parplan.stacks import load_stack
 
     counts = parse_gpu_counts(gpus)
     until = deadline(time_limit)
     space = space_from_options(precision=precision, max_memory_fraction=max_memory_fraction)
     model_spec, base = load_model(model), load_cluster(cluster)
+    stack_spec = load_stack(stack, compile=compile)
     with search_progress() as update:
         points = scale(model_spec, base, counts, gbs=gbs, seq=seq, weak=weak, space=space,
-                       workload=parse_expert_load(expert_load, model_spec), deadline=until, progress=update)
+                       workload=parse_expert_load(expert_load, model_spec), deadline=until, progress=update,
+                       stack=stack_spec)
     fitted = [p for p in points if p.best is not None]
     if not fitted:
         raise NoFeasiblePlanError(f"no layout of {model_spec.name} fits at any of {counts} GPUs of {base.name}")
@@ -68,10 +76,11 @@ def scale_command(
                      f"{model_spec.name} on {base.name}, {'weak' if weak else 'strong'} scaling, seq {seq}")
     incomplete = [p for p in points if p.left]
     if json_out:
-        print_json({"rows": rows, "below_90_percent_at": marks[0.9], "below_70_percent_at": marks[0.7],
-                    "complete": not incomplete})
+        print_json({"stack": stack_spec.name, "compile": stack_spec.compiled, "rows": rows,
+                    "below_90_percent_at": marks[0.9], "below_70_percent_at": marks[0.7], "complete": not incomplete})
         return
-    table = Table(title=f"{model_spec.name} on {base.name}: {'weak' if weak else 'strong'} scaling "
+    table = Table(title=f"{model_spec.name} on {base.name} as {stack_spec.name} runs it: "
+                        f"{'weak' if weak else 'strong'} scaling "
                         f"(gbs {gbs}{' at the smallest count' if weak else ''}, seq {seq})", title_justify="left")
     for col in ("GPUs", "tokens/s", "tok/s/GPU", "speedup", "ideal", "efficiency", "layout", "bottleneck"):
         table.add_column(col, justify="left" if col in ("layout", "bottleneck") else "right")

@@ -89,11 +89,14 @@ def is_recompute(lay: Layouts, *names: str) -> np.ndarray:
     return np.isin(lay.recompute, [RECOMPUTE.index(n) for n in names])
 
 
-def megatron_recompute_flags(recompute: str) -> list[Flag]:
-    """Megatron-LM's flags for selective (attention core) and full (every layer, one at a time) recompute;
-    Megatron-DeepSpeed kept the same names."""
+def megatron_recompute_flags(recompute: str, blocks: float | None = None) -> list[Flag]:
+    """Megatron-LM's flags for selective (attention core) and full (every layer, one at a time) recompute, or
+    full recompute of `blocks` layers per model chunk (blocks:F); Megatron-DeepSpeed kept the same names."""
     if recompute == "selective":
         return [("--recompute-granularity", "selective")]
+    if recompute == "full" and blocks is not None:
+        return [("--recompute-granularity", "full"), ("--recompute-method", "block"),
+                ("--recompute-num-layers", str(round(blocks)))]
     if recompute == "full":
         return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]
     return []
@@ -105,6 +108,24 @@ def no_redundant_experts(name: str) -> Support:
     return Support("no_redundant_experts", lambda lay, c: lay.redundant_experts == 0,
                    lambda s: "redundant experts (EPLB replicas) exist in DeepSeek's own training stack and in "
                              f"inference engines; {name} trains each expert once: set redundant_experts 0")
+
+
+def recomputed_blocks(model: ModelSpec, s: Strategy) -> float:
+    """Blocks per model chunk that a blocks:F recompute setting recomputes (F × layers / (pp·vpp))."""
+    return s.recompute_blocks * model.layers / (s.pp * s.vpp)
+
+
+def whole_block_count(name: str) -> Support:
+    """Megatron's --recompute-method block recomputes a whole number of layers per model chunk: blocks:F must
+    come to one."""
+    def ok(lay: Layouts, c: Known) -> np.ndarray:
+        if c.model is None:
+            return np.ones(len(lay), dtype=bool)
+        n = lay.recompute_blocks * c.model.layers / (lay.pp * lay.vpp)
+        return (lay.recompute_blocks >= 1.0) | (np.abs(n - np.round(n)) < 1e-9)
+    return Support("whole_block_count", ok,
+                   lambda s: f"{name}'s --recompute-method block recomputes a whole number of layers per stage: "
+                             f"recompute blocks:{s.recompute_blocks:g} must be a multiple of 1/(layers per stage)")
 
 
 def is_schedule(lay: Layouts, *names: str) -> np.ndarray:

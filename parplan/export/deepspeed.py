@@ -26,8 +26,10 @@ from parplan.export.common import (
     is_schedule,
     megatron_recompute_flags,
     no_redundant_experts,
+    recomputed_blocks,
     shell_array,
     versions,
+    whole_block_count,
 )
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
@@ -82,6 +84,7 @@ RULES: tuple[Support, ...] = (
     Support("no_module_recompute", lambda lay, c: ~is_recompute(lay, "modules"),
             lambda s: "Megatron-DeepSpeed has no --recompute-modules; use recompute selective or full"),
     no_redundant_experts("DeepSpeed"),
+    whole_block_count("Megatron-DeepSpeed"),
 )
 
 
@@ -125,7 +128,7 @@ def launcher_args(model: ModelSpec, s: Strategy) -> list[Flag]:
             flags.append(("--enable-expert-tensor-parallelism",))
     flags += [("--micro-batch-size", str(s.mbs)), ("--global-batch-size", str(s.gbs)),
               ("--seq-length", str(s.seq))]
-    flags += megatron_recompute_flags(s.recompute)
+    flags += megatron_recompute_flags(s.recompute, recomputed_blocks(model, s) if s.recompute_blocks < 1 else None)
     if s.flash_attention:
         flags.append(("--use-flash-attn-v2",))
     flags.append(("--bf16",))

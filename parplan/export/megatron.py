@@ -24,8 +24,10 @@ from parplan.export.common import (
     is_schedule,
     megatron_recompute_flags,
     no_redundant_experts,
+    recomputed_blocks,
     shell_array,
     versions,
+    whole_block_count,
 )
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
@@ -67,6 +69,7 @@ RULES: tuple[Support, ...] = (
             lambda s: f"validate_args asserts pp > 2 for an interleaved schedule without p2p overlap "
                       f"(two ranks would send and receive twice in one batch), got pp={s.pp}"),
     no_redundant_experts("Megatron-LM"),
+    whole_block_count("Megatron-LM"),
 )
 
 # ZeRO stage -> Megatron-FSDP sharding strategy (ecosystem.md A2: --data-parallel-sharding-strategy).
@@ -141,7 +144,7 @@ def _parallel(model: ModelSpec, s: Strategy) -> list[Flag]:
             ["mla_up_proj"] if model.attention.mla else [])
         flags += [("--recompute-granularity", "selective"), ("--recompute-modules", *modules)]
     else:
-        flags += megatron_recompute_flags(s.recompute)
+        flags += megatron_recompute_flags(s.recompute, recomputed_blocks(model, s) if s.recompute_blocks < 1 else None)
     if s.ep_overlap:
         flags.append(("--overlap-moe-expert-parallel-comm",))
     return flags

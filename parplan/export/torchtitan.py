@@ -143,6 +143,9 @@ RULES: tuple[Support, ...] = (
             lambda s: "torchtitan's activation checkpointing is none, selective (per op or per layer) or full; "
                       "Megatron's module recompute has no equivalent"),
     no_redundant_experts("torchtitan"),
+    Support("every_nth_block", lambda lay, c: np.abs(1.0 / lay.recompute_blocks - np.round(1.0 / lay.recompute_blocks))
+            < 1e-9, lambda s: f"torchtitan's per-layer AC checkpoints every Nth block (selective_ac_option N): "
+                              f"recompute blocks:{s.recompute_blocks:g} must be 1/N"),
 )
 
 
@@ -228,6 +231,9 @@ def job(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> dict[str, dict[s
     }
     if s.recompute == "selective":
         sections["activation_checkpoint"]["selective_ac_option"] = "op"
+    if s.recompute_blocks < 1:  # blocks:1/N: full AC on every Nth block
+        sections["activation_checkpoint"] = {"mode": "selective",
+                                             "selective_ac_option": str(round(1 / s.recompute_blocks))}
     if s.tp_overlap:
         # Async TP is applied by compiling the model ("Async TP requires torch.compile", parallelize.py).
         sections["compile"] = {"enable": True, "components": ["model", "loss"]}
@@ -286,8 +292,10 @@ def _registry_notes(model: ModelSpec, s: Strategy, targets: list[Target]) -> lis
     """What the registry releases set in a config_registry entry rather than through overrides."""
     names = versions(targets)
     entry = _entry(model, s)
-    registry = ["activation checkpointing (" + {"none": "no activation_checkpoint", "selective": "SelectiveAC",
-                                                 "full": "FullAC"}[s.recompute] + ")"]
+    ac = {"none": "no activation_checkpoint", "selective": "SelectiveAC", "full": "FullAC"}[s.recompute]
+    if s.recompute_blocks < 1:
+        ac = f"SelectiveAC per layer, every {round(1 / s.recompute_blocks)}th block (selective_ac_option)"
+    registry = [f"activation checkpointing ({ac})"]
     if s.precision == "fp8" and entry not in _FLOAT8_ENTRIES:
         registry.append("float8 (Float8LinearConverter" + (" and Float8GroupedExpertsConverter" if model.moe
                                                             else "") + " in model_registry's converters)")

@@ -165,13 +165,18 @@ def memory_bound_time(gpu: GPUSpec, nbytes: ArrayLike, kernels: ArrayLike = 1) -
     return stream + np.asarray(kernels, dtype=float) * gpu.kernel_launch_us * 1e-6
 
 
-def attention_efficiency(gpu: GPUSpec, kv_len: ArrayLike, backward: bool = False) -> np.ndarray:
-    """Flash-attention throughput / bf16 peak at `kv_len` keys per query.
+def attention_efficiency(gpu: GPUSpec, kv_len: ArrayLike, backward: bool = False,
+                         kernel: str | None = None) -> np.ndarray:
+    """Flash-attention throughput / bf16 peak at `kv_len` keys per query, for the GPU's best kernel or the
+    named kernel generation (GPUSpec.attention_kernel_fwd/bwd).
 
     Saturating fit of the FlashAttention-3 sequence sweep (arXiv 2407.08608, hd128 causal forward:
     ~324, 560, 637 TFLOP/s at 512, 2k, 4k tokens = 740·s/(s+650)).
     """
-    frac = gpu.attention_bwd_fraction if backward else gpu.attention_fwd_fraction
+    if backward:
+        frac = gpu.attention_kernel_bwd.get(kernel, gpu.attention_bwd_fraction)
+    else:
+        frac = gpu.attention_kernel_fwd.get(kernel, gpu.attention_fwd_fraction)
     s = np.maximum(np.asarray(kv_len, dtype=float), 1.0)
     return frac * s / (s + gpu.attention_half_seq)
 
@@ -188,11 +193,13 @@ def attention_forward_flops(batch: ArrayLike, heads: ArrayLike, queries: ArrayLi
     return 2.0 * np.asarray(batch) * heads * queries * keys * (np.asarray(d_qk) + d_v)
 
 
-def flash_attention_time(gpu: GPUSpec, forward_flops: ArrayLike, kv_len: ArrayLike, peak_flops: ArrayLike
-                         ) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) seconds of flash attention doing `forward_flops` at `kv_len` keys per query."""
-    fwd = forward_flops / (peak_flops * attention_efficiency(gpu, kv_len))
-    bwd = FLASH_BACKWARD_FLOPS * forward_flops / (peak_flops * attention_efficiency(gpu, kv_len, backward=True))
+def flash_attention_time(gpu: GPUSpec, forward_flops: ArrayLike, kv_len: ArrayLike, peak_flops: ArrayLike,
+                         kernel: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of flash attention doing `forward_flops` at `kv_len` keys per query, with
+    the GPU's best kernel or the named kernel generation."""
+    fwd = forward_flops / (peak_flops * attention_efficiency(gpu, kv_len, kernel=kernel))
+    bwd = FLASH_BACKWARD_FLOPS * forward_flops / (peak_flops * attention_efficiency(gpu, kv_len, backward=True,
+                                                                                     kernel=kernel))
     return fwd, bwd
 
 

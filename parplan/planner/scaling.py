@@ -17,6 +17,7 @@ from parplan.planner.estimate import Estimate
 from parplan.planner.explain import bottleneck
 from parplan.planner.search import SearchSpace, check_size, plan
 from parplan.planner.workload import UNIFORM, Workload
+from parplan.stacks.spec import StackSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +43,11 @@ class ScalePoint:
 
 def scale(model: ModelSpec, cluster: ClusterSpec, counts: list[int], *, gbs: int, seq: int, weak: bool = False,
           space: SearchSpace | None = None, workload: Workload = UNIFORM, deadline: float | None = None,
-          progress: Callable[[int, int], None] | None = None) -> list[ScalePoint]:
-    """Best layout per GPU count and its speedup/efficiency against the smallest count that fits. `deadline`
-    and `progress` go to each count's search (search.plan); past the deadline, each remaining count gets the
-    best of its search's first task."""
+          progress: Callable[[int, int], None] | None = None, stack: StackSpec | None = None) -> list[ScalePoint]:
+    """Best layout per GPU count (among what `stack` can run, costed as it runs them; default megatron-core)
+    and its speedup/efficiency against the smallest count that fits. `deadline` and `progress` go to each
+    count's search (search.plan); past the deadline, each remaining count gets the best of its search's first
+    task."""
     for n in counts:  # every size refused up front, before any is searched
         check_size(model, cluster.with_gpus(n), gbs * n // min(counts) if weak else gbs, seq)
     points: list[ScalePoint] = []
@@ -54,7 +56,7 @@ def scale(model: ModelSpec, cluster: ClusterSpec, counts: list[int], *, gbs: int
         batch = gbs * n // base[0] if weak and base else gbs
         try:
             result = plan(model, cluster.with_gpus(n), gbs=batch, seq=seq, space=space, top=1, workload=workload,
-                          deadline=deadline, progress=progress)
+                          deadline=deadline, progress=progress, stack=stack)
         except NoFeasiblePlanError:
             result = None
         best = result.plans[0] if result and result.plans else None

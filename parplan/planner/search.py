@@ -26,6 +26,7 @@ force and with the search run without bounds.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import multiprocessing as mp
 import os
@@ -51,6 +52,7 @@ from parplan.planner.estimate import (
 )
 from parplan.planner.estimate import group_rows as _group_rows
 from parplan.planner.memory import required_gib as memory_required_gib
+from parplan.planner.recompute import recomputes_no_more
 from parplan.planner.strategy import (
     DISPATCHERS,
     PRECISIONS,
@@ -63,6 +65,9 @@ from parplan.planner.strategy import (
     valid_mask,
 )
 from parplan.planner.workload import UNIFORM, Workload
+from parplan.stacks.presets import load_stack
+from parplan.stacks.spec import StackSpec
+from parplan.stacks.support import restrict_space, stack_filter
 
 OBJECTIVES = ("throughput", "memory", "cost")
 CHUNK = 1 << 17
@@ -252,7 +257,7 @@ def _broadcast(cell: _Cell, gbs: int, seq: int, space: SearchSpace) -> Layouts:
         tp=const(cell.tp), pp=const(cell.pp), cp=along("cp", v["cp"]), ep=along("expert", v["expert"][:, 0]),
         etp=along("expert", v["expert"][:, 1]), vpp=along("schedule", v["schedule"][:, 1]),
         zero=along("zero", v["zero"]), mbs=along("mbs", v["mbs"]), gbs=const(gbs), seq=const(seq), sp=sp,
-        recompute=along("recompute", v["recompute"]),
+        recompute=along("recompute", v["recompute"]), recompute_blocks=const(1.0, float), dp_replicate=const(1),
         schedule=along("schedule", v["schedule"][:, 0].astype(np.int8)),
         precision=along("precision", v["precision"]), flash_attention=const(True, bool),
         tp_overlap=along("tp_overlap", v["tp_overlap"]), dispatch=along("dispatch", v["dispatch"]),
@@ -317,6 +322,7 @@ def _block_fields(cell: _Cell, flat: np.ndarray, gbs: int, seq: int, space: Sear
     return {"tp": full(cell.tp), "pp": full(cell.pp), "cp": c, "ep": e[:, 0], "etp": e[:, 1],
             "vpp": s[:, 1], "schedule": s[:, 0].astype(np.int8), "mbs": b, "gbs": full(gbs), "seq": full(seq),
             "precision": x, "redundant_experts": r, "sp": p, "flash_attention": full(True, bool),
+            "recompute_blocks": full(1.0, float), "dp_replicate": full(1),
             "p2p_overlap": p2p_overlap_default(cell.pp, s[:, 0]),
             "pp_scatter_gather": space.pp_scatter_gather & scatter_gather_acts(cell.tp, cell.pp, p)}
 
@@ -493,7 +499,8 @@ def _survey(cell_ids: list[int]) -> _Survey:
     if not flats:
         return _Survey(*(np.empty(0, dtype) for dtype in (np.int64, np.int64, np.int64, float)))
     lay = _representatives({name: np.concatenate([f[name] for f in reps]) for name in reps[0]})
-    floor = (compute_floor(model, cluster, lay, st["workload"]) if st["bound"] and len(lay) else np.zeros(len(lay)))
+    floor = (compute_floor(model, cluster, lay, st["workload"], st["stack"]) if st["bound"] and len(lay)
+             else np.zeros(len(lay)))
     return _Survey(np.concatenate(owner), np.concatenate(flats), np.concatenate(counts),
                    floor[np.concatenate(rep_of)])
 
@@ -501,7 +508,7 @@ def _survey(cell_ids: list[int]) -> _Survey:
 def _refine(reps: Layouts) -> np.ndarray:
     """estimate.step_time_bound of the blocks `reps` stand for: the pipeline of their compute alone."""
     st = _STATE
-    return step_time_bound(st["model"], st["cluster"], reps, st["workload"])
+    return step_time_bound(st["model"], st["cluster"], reps, st["workload"], st["stack"])
 
 
 def _tighten(reps: Layouts) -> np.ndarray:
@@ -509,7 +516,7 @@ def _tighten(reps: Layouts) -> np.ndarray:
     the least over the time-only settings (_TIME_ONLY) each block may take."""
     st = _STATE
     options, owner = _time_options(reps, st["model"], st["cluster"], st["space"])
-    return time_options_bound(st["model"], st["cluster"], reps, options, owner, st["workload"])
+    return time_options_bound(st["model"], st["cluster"], reps, options, owner, st["workload"], st["stack"])
 
 
 def _fields_of(cells: list[_Cell], cell_of: np.ndarray, flat: np.ndarray, gbs: int, seq: int, space: SearchSpace
@@ -574,14 +581,14 @@ def _cost_blocks(reps: Layouts) -> _Partial:
     """Memory for every valid layout of the blocks `reps` stand for, time for those that fit and no sibling
     beats."""
     st = _STATE
-    model, cluster, space, workload = st["model"], st["cluster"], st["space"], st["workload"]
+    model, cluster, space, workload, stack = st["model"], st["cluster"], st["space"], st["workload"], st["stack"]
     keep, layout_filter, reference = st["keep"], st["filter"], st["reference"]
     n = len(reps)
     lay, owner = _expand(reps, model, space)
     rows = _valid(lay, model, cluster)
     lay, owner = lay.take(rows), owner[rows]
     # Memory first: a layout that cannot fit needs no step time.
-    base_peak = peak_memory_gib(model, cluster, lay, workload)
+    base_peak = peak_memory_gib(model, cluster, lay, workload, stack)
     lay, parent = _time_options(lay, model, cluster, space)
     peak, owner = base_peak[parent], owner[parent]
     if layout_filter is not None:
@@ -597,10 +604,10 @@ def _cost_blocks(reps: Layouts) -> _Partial:
     faster = np.zeros(n, dtype=np.int64)
     top, score, required_top = None, np.empty(0), np.empty(0)
     if st["prune"] and len(fitting):
-        fitting = fitting[_undominated(lay.take(fitting))]
+        fitting = fitting[_undominated(lay.take(fitting), st["dominance"])]
     if len(fitting):
         ev = evaluate_layouts(model, cluster, lay.take(fitting), breakdown=False, workload=workload,
-                              peak_gib=peak[fitting])
+                              peak_gib=peak[fitting], stack=stack)
         if reference is not None:
             faster = np.bincount(owner[fitting][ev.tokens_per_s_per_gpu > reference * (1 + SLACK)], minlength=n)
         order = np.argsort(-ev.tokens_per_s_per_gpu, kind="stable")[:keep]
@@ -610,32 +617,52 @@ def _cost_blocks(reps: Layouts) -> _Partial:
                     least, top, score, required_top)
 
 
-_ALLTOALL, _DEEPEP_FP8 = DISPATCHERS.index("alltoall"), DISPATCHERS.index("deepep-fp8")
-_DOMINANCE: tuple[tuple[str, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]], ...] = (
-    # A lighter recompute setting only removes recomputed forward work (estimate.py adds it, nothing else);
-    # among layouts that fit, the lighter one is never slower.
-    ("recompute", lambda x: x, np.zeros_like),
-    # EP overlap only widens the window the all-to-all hides behind (comm.ep_layer), and an fp8 DeepEP
-    # dispatch only shrinks DeepEP's forward dispatch bytes: the sibling with either on is never slower.
-    ("ep_overlap", lambda x: ~x, np.zeros_like),
-    ("dispatch", lambda x: x != _DEEPEP_FP8, lambda x: x == _ALLTOALL),
-)
-"""(field, rank, class): within a class, a lower rank is never slower, every other field held equal."""
+_DOMINANCE = ("recompute", "ep_overlap", "dispatch")
+"""The inner fields whose values dominate each other (_dominance): every other field held equal, a sibling
+with the dominating value is never slower."""
 
 
-def _undominated(lay: Layouts) -> np.ndarray:
-    """Indices of the layouts (all fitting) that no sibling beats by a dominance rule above: ranking for
-    throughput needs no step time for them, and the best layout is unchanged."""
+def _recompute_beats(model: ModelSpec, stack: StackSpec) -> np.ndarray:
+    """beats[a, b] over the recompute names (strategy.RECOMPUTE codes): in `stack`, name a re-runs no more than
+    name b in any layer (recompute.recomputes_no_more), so that, the rest held equal, a is never slower
+    (estimate.py adds what recompute re-runs to the backward, nothing else). Two names the stack makes the same
+    kind: the lower code beats the higher, so that the relation stays a strict order."""
+    n = len(RECOMPUTE)
+    beats = np.zeros((n, n), dtype=bool)
+    for a, b in itertools.permutations(range(n), 2):
+        name_a, name_b = RECOMPUTE[a], RECOMPUTE[b]
+        if name_a not in stack.recompute or name_b not in stack.recompute:
+            continue
+        kind_a, kind_b = stack.recompute[name_a], stack.recompute[name_b]
+        if recomputes_no_more(model, kind_a, kind_b):
+            beats[a, b] = a < b or not recomputes_no_more(model, kind_b, kind_a)
+    return beats
+
+
+def _dominance(model: ModelSpec, stack: StackSpec) -> tuple[tuple[str, np.ndarray], ...]:
+    """(field, dominators) per _DOMINANCE field: dominators[b] is the bit mask of the values that beat value b.
+    EP overlap only widens the window the all-to-all hides behind (comm.ep_layer), and an fp8 DeepEP dispatch
+    only shrinks DeepEP's forward dispatch bytes: the sibling with either on is never slower."""
+    dispatch = np.zeros((len(DISPATCHERS),) * 2, dtype=bool)
+    dispatch[DISPATCHERS.index("deepep-fp8"), DISPATCHERS.index("deepep")] = True
+    beats = {"recompute": _recompute_beats(model, stack), "ep_overlap": np.array([[False, False], [True, False]]),
+             "dispatch": dispatch}
+    weights = {name: 1 << np.arange(len(b), dtype=np.int64) for name, b in beats.items()}
+    return tuple((name, (beats[name] * weights[name][:, None]).sum(axis=0)) for name in _DOMINANCE)
+
+
+def _undominated(lay: Layouts, dominance: tuple[tuple[str, np.ndarray], ...]) -> np.ndarray:
+    """Indices of the layouts (all fitting) that no kept sibling beats by a dominance rule (_dominance):
+    ranking for throughput needs no step time for them, and the best layout is unchanged (each one dropped has
+    a kept sibling, or a chain of them, never slower: every rule is a strict order)."""
     keep = np.ones(len(lay), dtype=bool)
     names = [f.name for f in dataclasses.fields(Layouts)]
-    worst = np.iinfo(np.int64).max
-    for name, rank, cls in _DOMINANCE:
-        values = getattr(lay, name)
-        _, group = _group_rows([getattr(lay, n) for n in names if n != name] + [cls(values)])
-        r = rank(values).astype(np.int64)
-        best = np.full(group.max() + 1, worst)
-        np.minimum.at(best, group, np.where(keep, r, worst))
-        keep &= r <= best[group]
+    for name, dominators in dominance:
+        values = getattr(lay, name).astype(np.int64)
+        _, group = _group_rows([getattr(lay, n) for n in names if n != name])
+        present = np.zeros(group.max() + 1, dtype=np.int64)
+        np.bitwise_or.at(present, group[keep], 1 << values[keep])
+        keep &= (present[group] & dominators[values]) == 0
     return np.flatnonzero(keep)
 
 
@@ -718,7 +745,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
          layout_filter: Callable[[Layouts], np.ndarray] | None = None,
          progress: Callable[[int, int], None] | None = None, chunk: int = CHUNK, workers: int | None = None,
          workload: Workload = UNIFORM, faster_than: float | None = None, deadline: float | None = None,
-         bound: bool = True) -> PlanResult:
+         bound: bool = True, stack: StackSpec | None = None) -> PlanResult:
     """Rank every valid layout that fits. objective 'memory' returns, among the layouts within `within`
     of the best throughput, the ones with the most memory headroom; 'cost' (GPU-hours per token on a fixed
     cluster) ranks like 'throughput'. `layout_filter` restricts the space further (a framework's abilities;
@@ -729,11 +756,14 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
     (every layout that might is then timed: no dominance pruning). `deadline` (a time.monotonic() value)
     stops the search there with the best found so far (PlanResult.left > 0). `bound=False` costs every
     layout instead of skipping blocks proved no better: the same answer, slower (a check of the bounds).
+    `stack` (default megatron-core): only the layouts it can run are searched, costed as it runs them.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}")
     check_size(model, cluster, gbs, seq)
-    space = space or SearchSpace()
+    stack = load_stack(stack)
+    space = restrict_space(space or SearchSpace(), stack)
+    layout_filter = _both(stack_filter(stack, model, cluster.gpus), layout_filter)
     start = time.perf_counter()
     keep = max(top, 1) if objective != "memory" else max(top, 1) * 50
     cells = list(_grid(model, cluster, gbs, seq, space))
@@ -746,7 +776,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
         workers = (os.cpu_count() or 1) if raw.sum() >= PARALLEL_MIN else 1
     workers = max(1, min(workers, len(cells)))
     _STATE.update(model=model, cluster=cluster, space=space, gbs=gbs, seq=seq, keep=keep, workload=workload,
-                  chunk=chunk, tokens_per_gpu=gbs * seq / cluster.gpus,
+                  stack=stack, dominance=_dominance(model, stack), chunk=chunk, tokens_per_gpu=gbs * seq / cluster.gpus,
                   reference_step=gbs * seq / cluster.gpus / faster_than if faster_than else 0.0,
                   prune=objective != "memory" and faster_than is None, reference=faster_than,
                   cap=space.memory_cap_gib(cluster), filter=layout_filter, cells=cells, bound=bound)
@@ -756,7 +786,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
         found = _run_costing(runner, survey, keep, gbs * seq / cluster.gpus, deadline, progress)
     finally:
         runner.close()
-    return _result(model, cluster, survey, found, objective, top, within, workload, time.perf_counter() - start)
+    return _result(model, cluster, survey, found, objective, top, within, workload, stack,
+                   time.perf_counter() - start)
 
 
 def _run_survey(runner: _Runner, cells: list[_Cell], raw: np.ndarray, workers: int) -> _Survey:
@@ -840,14 +871,14 @@ def _run_costing(runner: _Runner, survey: _Survey, keep: int, tokens_per_gpu: fl
 
 
 def _result(model: ModelSpec, cluster: ClusterSpec, survey: _Survey, found: _Found, objective: str, top: int,
-            within: float, workload: Workload, seconds: float) -> PlanResult:
+            within: float, workload: Workload, stack: StackSpec, seconds: float) -> PlanResult:
     """Tallies over the blocks the final limit does not prove no better, and the plans' full estimates."""
     proved = found.bound > found.limit * (1 + SLACK)
     counted = found.done & ~proved
     left = int(survey.count[~found.done & ~proved].sum())
     plans: list[Estimate] = []
     if found.top is not None:
-        ev = evaluate_layouts(model, cluster, found.top[0], workload=workload)
+        ev = evaluate_layouts(model, cluster, found.top[0], workload=workload, stack=stack)
         for i in range(len(found.top[0])):
             # A layout that predicts exactly like a simpler one ranked above it adds nothing to the list.
             if plans and ev.step_time_s[i] == plans[-1].step_time_s and ev.required_gib[i] == plans[-1].required_gib:
@@ -856,11 +887,18 @@ def _result(model: ModelSpec, cluster: ClusterSpec, survey: _Survey, found: _Fou
     if objective == "memory" and plans:
         floor = plans[0].tokens_per_s_per_gpu * (1 - within)
         plans = sorted((e for e in plans if e.tokens_per_s_per_gpu >= floor), key=lambda e: e.required_gib)
-    least = evaluate_layouts(model, cluster, found.least[1], workload=workload).estimate(0) if found.least else None
+    least = (evaluate_layouts(model, cluster, found.least[1], workload=workload, stack=stack).estimate(0)
+             if found.least else None)
     extra = {"faster": int(found.faster[counted].sum())} if _STATE["reference"] is not None else {}
     return PlanResult(plans=plans[:top], evaluated=int(survey.count.sum()) - left,
                       feasible=int(found.feasible[counted].sum()), search_seconds=seconds, least_memory=least,
                       skipped=int(survey.count[proved].sum()), left=left, extra=extra)
+
+
+def _both(a: Callable[[Layouts], np.ndarray], b: Callable[[Layouts], np.ndarray] | None
+          ) -> Callable[[Layouts], np.ndarray]:
+    """A layout filter passing what both filters pass (elementwise, as each is)."""
+    return a if b is None else (lambda lay: a(lay) & b(lay))
 
 
 def _concat(a: Layouts, b: Layouts) -> Layouts:
@@ -877,9 +915,10 @@ def _complexity(lay: Layouts) -> np.ndarray:
 
 
 def levers(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: SearchSpace,
-           workload: Workload = UNIFORM) -> dict[str, float]:
+           workload: Workload = UNIFORM, stack: StackSpec | None = None) -> dict[str, float]:
     """Least memory any layout needs (GiB, allocator headroom and context included) under each lever that
-    the user's space did not already allow, computed by searching again with that lever opened."""
+    the user's space did not already allow and `stack` can pull (default megatron-core), computed by
+    searching again with that lever opened, over the layouts the stack runs."""
     out: dict[str, float] = {}
     trials: list[tuple[str, ClusterSpec, SearchSpace]] = []
     if 3 not in space.zero:
@@ -896,11 +935,21 @@ def levers(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space:
         bigger = cluster.with_gpus(cluster.gpus * factor)
         if bigger.gpus <= MAX_GPUS:
             trials.append((f"{factor}× the GPUs ({bigger.gpus})", bigger, space))
+    stack = load_stack(stack)
+    base = restrict_space(space, stack)
     for name, cl, sp in trials:
+        sp = restrict_space(sp, stack)
+        if sp == base and cl is cluster:
+            continue  # a lever the stack cannot pull
+        runnable = stack_filter(stack, model, cl.gpus)
         least = None
         for lay in enumerate_layouts(model, cl, gbs, seq, sp):
-            req = float(required_memory_gib(model, cl, lay, workload).min())
-            least = req if least is None else min(least, req)
+            # Memory does not read the time-only fields: a layout counts when the stack runs any setting of them.
+            wide, parent = _time_options(lay, model, cl, sp)
+            lay = lay.take(np.unique(parent[runnable(wide)]))
+            if len(lay):
+                req = float(required_memory_gib(model, cl, lay, workload, stack).min())
+                least = req if least is None else min(least, req)
         if least is not None:
             out[name] = least
     return out
@@ -923,7 +972,8 @@ def plan_or_raise(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int,
             "restrictions (every combination breaks a Strategy rule, e.g. gbs must be a multiple of dp·mbs)")
     cap = space.memory_cap_gib(cluster)
     need = result.least_memory.required_gib
-    options = levers(model, cluster, gbs=gbs, seq=seq, space=space, workload=kw.get("workload", UNIFORM))
+    options = levers(model, cluster, gbs=gbs, seq=seq, space=space, workload=kw.get("workload", UNIFORM),
+                     stack=kw.get("stack"))
     helps = [f"{name}: {gib:.1f} GiB{' (fits)' if gib <= cap else ''}" for name, gib in
              sorted(options.items(), key=lambda kv: kv[1])]
     raise NoFeasiblePlanError(

@@ -7,6 +7,7 @@ the same `evaluate` users call; no per-run factor exists anywhere.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -24,6 +25,8 @@ from parplan.models.spec import ModelSpec
 from parplan.planner.estimate import Estimate, evaluate
 from parplan.planner.search import SearchSpace, plan
 from parplan.planner.strategy import Strategy
+from parplan.stacks.presets import DEFAULT_STACK, load_stack
+from parplan.stacks.spec import COMPILE_SWITCHABLE, StackSpec
 
 _BATCH_KEYS = {"gbs", "seq", "precision"}
 """Strategy fields a runs file gives outside `strategy` (under `batch`, and `precision` at the top)."""
@@ -53,6 +56,15 @@ class PublishedRun:
     dropout: bool | None = None
     """The run's dropout setting where the model file does not carry it: a training flag (Megatron-LM
     --attention-dropout/--hidden-dropout, default 0.1), not an architecture fact. None: the model file's."""
+    stack: str = DEFAULT_STACK
+    """The software stack the run used: a preset name, or a stack file (one under stacks/ beside the runs file
+    when the name is not a preset)."""
+    compile: bool | None = None
+    """torch.compile on or off in the run; None: the stack's default."""
+
+    def stack_spec(self) -> StackSpec:
+        """The run's stack, compiled or not as the run was."""
+        return load_stack(self.stack, compile=self.compile)
 
     def model(self) -> ModelSpec:
         """The run's model: its model file, with the run's own training settings applied."""
@@ -104,15 +116,25 @@ def _field(entry: dict[str, Any], key: str, file: str, where: str, kind: type) -
     return value
 
 
-def _cluster_ref(name: str, runs_file: Path) -> str:
-    """A preset name, or a cluster file under clusters/ beside the runs file (a run's own network)."""
-    local = runs_file.parent / "clusters" / f"{name}.yaml"
+def _local_ref(name: str, runs_file: Path, folder: str) -> str:
+    """A preset name, or a file under `folder`/ beside the runs file (a run's own network or stack)."""
+    local = runs_file.parent / folder / f"{name}.yaml"
     return str(local) if local.is_file() else name
 
 
+SHIPPED_RUNS = ("published_runs.yaml", "runs_stacks.yaml")
+"""The runs files shipped in parplan/data/runs (see SOURCES.md there): Megatron-Core-era runs, and the runs of
+the other stacks."""
+
+
 def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
-    """Read a runs file (the shipped published runs by default); model files resolve beside it."""
-    path = Path(path) if path is not None else data_dir("runs") / "published_runs.yaml"
+    """Read a runs file (every shipped runs file by default); model files resolve beside it."""
+    if path is None:
+        runs = [run for name in SHIPPED_RUNS for run in load_runs(data_dir("runs") / name)]
+        ids = [r.id for r in runs]
+        assert len(set(ids)) == len(ids), "run ids repeat across the shipped runs files"
+        return runs
+    path = Path(path)
     data = read_yaml(path)
     if not isinstance(data, list):
         raise ConfigError("expected a list of runs", file=str(path))
@@ -141,6 +163,13 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
         if dropout is not None:
             dropout = _field(entry, "dropout", file, rid, bool)
         gpus = _field(entry, "gpus", file, rid, int)
+        stack = (_local_ref(_field(entry, "stack", file, rid, str), path, "stacks") if "stack" in entry
+                 else DEFAULT_STACK)
+        compiled = _field(entry, "compile", file, rid, bool) if entry.get("compile") is not None else None
+        try:
+            load_stack(stack, compile=compiled)
+        except ParplanError as e:
+            raise ConfigError(str(e), file=file, field=f"{rid}.stack") from None
         layout = {k: v for k, v in strat.items() if k != "dp"}
         layout.update(gbs=_field(batch, "gbs", file, f"{rid}.batch", int),
                       seq=_field(batch, "seq", file, f"{rid}.batch", int),
@@ -156,22 +185,35 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
         model_file = path.parent / "models" / str(_field(entry, "model", file, rid, str))
         runs.append(PublishedRun(
             id=rid, group=str(entry.get("group", "")), tier=str(entry.get("tier", "")),
-            source=str(entry.get("source", "")), cluster=_cluster_ref(_field(entry, "cluster", file, rid, str), path),
+            source=str(entry.get("source", "")),
+            cluster=_local_ref(_field(entry, "cluster", file, rid, str), path, "clusters"),
             gpus=gpus, model_file=model_file, strategy=strategy,
             tokens_per_s_per_gpu=float(_field(measured, "tokens_per_s_per_gpu", file, f"{rid}.measured", float)),
             peak_memory_gib=measured.get("peak_memory_gib"), memory_rank=str(measured.get("memory_rank", "peak")),
             unknown=tuple(entry.get("unknown") or ()), notes=str(entry.get("notes", "")), dropout=dropout,
+            stack=stack, compile=compiled,
         ))
     return runs
 
 
-def validate_runs(runs: list[PublishedRun]) -> list[RunResult]:
+def with_compile(runs: list[PublishedRun], compile: bool | None) -> list[PublishedRun]:
+    """The runs with torch.compile switched on or off wherever their stack can switch it (a stack without a
+    compile path, or XLA, keeps its own); None leaves every run's own `compile:`."""
+    if compile is None:
+        return runs
+    return [dataclasses.replace(r, compile=compile)
+            if load_stack(r.stack).kernels.compile_scope in COMPILE_SWITCHABLE else r for r in runs]
+
+
+def validate_runs(runs: list[PublishedRun], stack: StackSpec | None = None) -> list[RunResult]:
+    """Evaluate each run as its own stack runs it (or every run as `stack`)."""
     out = []
     for run in runs:
         try:
             model = run.model()
             cluster = load_cluster(run.cluster, gpus=run.gpus)
-            out.append(RunResult(run, evaluate(model, cluster, run.strategy), None))
+            spec = stack if stack is not None else run.stack_spec()
+            out.append(RunResult(run, evaluate(model, cluster, run.strategy, stack=spec), None))
         except ParplanError as e:
             out.append(RunResult(run, None, str(e)))
     return out
@@ -201,10 +243,12 @@ class RankResult:
 
 
 def rank_runs(results: list[RunResult], deadline: float | None = None,
-              progress: Callable[[int, int], None] | None = None) -> list[RankResult]:
-    """For each evaluated run, search its job's whole layout space (precision fixed to the run's; tp and etp
-    beyond one NVLink domain allowed when the run used them) and count the fitting layouts predicted faster.
-    `deadline` and `progress` go to each search (search.plan)."""
+              progress: Callable[[int, int], None] | None = None, stack: StackSpec | None = None
+              ) -> list[RankResult]:
+    """For each evaluated run, search its job's whole layout space under the run's stack (or `stack`; only
+    what the stack can run, costed as it runs it; precision fixed to the run's; tp and etp beyond one NVLink
+    domain allowed when the run used them) and count the fitting layouts predicted faster. `deadline` and
+    `progress` go to each search (search.plan)."""
     out = []
     for r in results:
         est = r.estimate
@@ -217,7 +261,8 @@ def rank_runs(results: list[RunResult], deadline: float | None = None,
         space = SearchSpace(precision=(s.precision,), tp_in_domain=not beyond)
         try:
             found = plan(model, cluster, gbs=s.gbs, seq=s.seq, space=space, top=1,
-                         faster_than=est.tokens_per_s_per_gpu, deadline=deadline, progress=progress)
+                         faster_than=est.tokens_per_s_per_gpu, deadline=deadline, progress=progress,
+                         stack=stack if stack is not None else r.run.stack_spec())
         except ParplanError:
             out.append(RankResult(r, None, None, 0))
             continue
