@@ -162,6 +162,26 @@ def test_more_concurrency_more_throughput_slower_tokens():
     assert np.all(np.diff(ev.output_tok_s_per_gpu) > 0) and np.all(np.diff(ev.phase.tpot) > 0)
 
 
+def test_lone_request_decodes_alone():
+    """With one request in flight no other prompt is prefilled while it decodes (its own prefill is over before
+    its first token, in TTFT), so its TPOT is the decode step, every step of its span a pure decode step."""
+    est = serve_evaluate(LLAMA70, "h100", Deployment(engine="vllm", precision=Precision(gemm="fp8", moe="fp8"),
+                                                     pool=Pool(tp=8)), Workload(isl=4096, osl=256, concurrency=1))
+    assert est.tpot_ms == pytest.approx(est.steps["decode"]["total"] * 1e3, rel=1e-12)
+    assert est.state["mixed_step_share"] > 0  # the steps of the loop do carry its prompts
+
+
+def test_attention_dp_ranks_wait_for_each_others_prefill():
+    """Under attention DP the MoE layers join the dp ranks in every step: a step carries prefill when any rank
+    does. Ranks admit requests independently, so with a share f of each rank's steps carrying its own prompts,
+    1 − (1 − f)^dp of the group's steps do (dp 8: f = 5% gives 33.7%); without DP, f."""
+    ev = _agg(DSV3, "h200", "sglang", [Pool(tp=1, dp=8, moe_ep=8), Pool(tp=8, moe_ep=8)], [4096] * 2, [1024] * 2,
+              [256, 32], Precision(gemm="fp8", moe="fp8"))
+    f, share = ev.phase.rank_mixed_share, ev.phase.mixed_share
+    assert 0 < f[0] < 1 and share[0] == pytest.approx(1 - (1 - f[0]) ** 8, rel=1e-12)
+    assert share[1] == pytest.approx(f[1], rel=1e-12)
+
+
 def test_open_loop_rate():
     """At 2 requests/s a deployment completes 2 requests/s; at 10,000 it is overloaded, with the reason."""
     d = Deployment(engine="vllm", precision=Precision(gemm="fp8", moe="fp8"), pool=Pool(tp=8))
@@ -238,3 +258,14 @@ def test_fit_loss_caps_each_row_and_reports_ape():
     # TPOT: (ln 1.1 + ln 2 + 0.7 capped) / 3 × 1.5; TTFT: (0 + 0 + 1.2 capped) / 3
     expected = 1.5 * (np.log(1.1) + np.log(2.0) + 0.7) / 3 + 1.2 / 3
     assert loss(rows) == pytest.approx(expected)
+
+
+def test_published_run_keeps_its_token_budget():
+    """A max-throughput run states its step budget (TensorRT-LLM blog Best_perf_practice_on_DeepSeek-R1:
+    trtllm-bench --max_num_tokens 1536 on B200, 1151 on H200): the case runs with it, not the engine default."""
+    from parplan.serving.published import read_published_yaml
+    from parplan.serving.validate import shipped_files
+
+    cases = {c.id: c for c in read_published_yaml(shipped_files()[1])}
+    assert cases["trtllm_dsr1_b200_max_tput_bf16kv"].deployment.chunk_tokens == 1536
+    assert cases["trtllm_dsr1_h200_max_tput"].deployment.chunk_tokens == 1151

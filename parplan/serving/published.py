@@ -218,7 +218,10 @@ def _offline(entry: _Entry, engine: str) -> Case:
     pool = Pool(tp=1 if dp_on else tp, dp=tp if dp_on else 1, pp=_int(layout, "layout", "pp", 1),
                 moe_ep=tp if (moe and dp_on) else (_int(layout, "layout", "moe_ep", 1) if moe else 1),
                 batch=layout.get("max_batch_per_rank") if isinstance(layout.get("max_batch_per_rank"), int) else None)
-    deployment = Deployment(engine=engine, precision=_precision(entry, load_engine(engine)), pool=pool)
+    # The run's token budget per step (trtllm-bench --max_num_tokens), where the entry states it.
+    budget = layout.get("max_num_tokens")
+    deployment = Deployment(engine=engine, precision=_precision(entry, load_engine(engine)), pool=pool,
+                            chunk_tokens=budget if isinstance(budget, int) and not isinstance(budget, bool) else None)
     pairs = {}
     for key in _measured(entry):
         match = re.fullmatch(r"total_output_tok_s_(\d+)_(\d+)", key)

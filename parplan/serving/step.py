@@ -341,7 +341,11 @@ class StepModel:
         elementwise = memory_bound_time(gpu, elem_bytes, m.layers * LAYER_KERNELS)
         eng = self.engine
         if mixed:
-            launched = self.kernels() if eng.eager_prefill else float(soft + lin_layers)
+            # Piecewise graphs (where the engine has them) launch only the attention cores in between; they are
+            # captured for steps of up to cuda_graph_max_batch tokens (vLLM's capture sizes count a step's
+            # tokens), and a longer step runs every kernel eagerly.
+            piecewise = np.where(tokens > eng.cuda_graph_max_batch, self.kernels(), float(soft + lin_layers))
+            launched = self.kernels() if eng.eager_prefill else piecewise
         else:  # decode steps replay CUDA graphs up to the captured batch size
             launched = np.where(n_dec > eng.cuda_graph_max_batch, self.kernels(), 0.0)
         # Eager steps dispatch from Python with synchronisations inside (MoE routing counts, scheduling), so the
