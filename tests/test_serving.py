@@ -242,8 +242,9 @@ def test_bad_workloads_and_layouts():
 
 
 def test_fit_loss_caps_each_row_and_reports_ape():
-    """The calibration's loss: mean |log(pred/meas)| of TPOT (×1.5) and TTFT, each row capped (0.7, 1.2), so
-    a row off by 10× weighs as one off by 2×; its report is the median |pred/meas − 1|."""
+    """The calibration's loss: mean |log(pred/meas)| of TPOT (×1.5) and TTFT, each row capped (0.4, 0.5), so
+    a row off by 10× weighs as one off by 1.5× (TPOT) or 1.65× (TTFT); its report is the median
+    |pred/meas − 1|."""
     from parplan.serving.calibrate import loss, median_ape
     from parplan.serving.cases import Case
     from parplan.serving.validate import CaseResult
@@ -255,8 +256,8 @@ def test_fit_loss_caps_each_row_and_reports_ape():
 
     rows = [result(1.1, 1.0), result(0.5, 1.0), result(0.1, 20.0)]
     assert median_ape(rows, "tpot_ms") == pytest.approx(0.5)  # APEs 0.1, 0.5, 0.9
-    # TPOT: (ln 1.1 + ln 2 + 0.7 capped) / 3 × 1.5; TTFT: (0 + 0 + 1.2 capped) / 3
-    expected = 1.5 * (np.log(1.1) + np.log(2.0) + 0.7) / 3 + 1.2 / 3
+    # TPOT: (ln 1.1 + 0.4 capped (ln 2) + 0.4 capped (ln 10)) / 3 × 1.5; TTFT: (0 + 0 + 0.5 capped) / 3
+    expected = 1.5 * (np.log(1.1) + 0.4 + 0.4) / 3 + 0.5 / 3
     assert loss(rows) == pytest.approx(expected)
 
 
