@@ -270,3 +270,37 @@ def test_published_run_keeps_its_token_budget():
     cases = {c.id: c for c in read_published_yaml(shipped_files()[1])}
     assert cases["trtllm_dsr1_b200_max_tput_bf16kv"].deployment.chunk_tokens == 1536
     assert cases["trtllm_dsr1_h200_max_tput"].deployment.chunk_tokens == 1151
+
+
+def test_overlap_scheduler_hides_launches_behind_the_gpu():
+    """TensorRT-LLM's overlap scheduler (llm_args disable_overlap_scheduler default False) launches a step while
+    the GPU runs the one before: an eager step takes the longer of its launches and its GPU work, plus the step's
+    host time, instead of their sum. aiconfigurator's measured rows ran with it off (its generated configs set
+    disable_overlap_scheduler true), so the CSV reader marks them."""
+    from parplan.serving.cases import read_measured_csv
+    from parplan.serving.validate import shipped_files
+
+    m, cl = load_model(LLAMA70), load_cluster("h100")
+    lay = PoolArrays.from_pools([Pool(tp=8)])
+    on = load_engine("trtllm")
+    off = on.configured(False)
+    assert on.overlap_scheduler and not off.overlap_scheduler
+    args = (np.array([64.0]), np.array([2048.0]), np.array([1024.0]), np.array([512.0]), np.array([1.0]))
+    a = StepModel(m, cl, on, Precision(gemm="fp8", moe="fp8"), lay).step(*args, mixed=True)
+    b = StepModel(m, cl, off, Precision(gemm="fp8", moe="fp8"), lay).step(*args, mixed=True)
+    gpu = float(b.total[0] - b.host[0])
+    launch = float(b.host[0]) - on.knobs.decode_step_ms * 1e-3
+    assert float(a.total[0]) == pytest.approx(max(gpu, launch) + on.knobs.decode_step_ms * 1e-3, rel=1e-12)
+    rows = [c for c in read_measured_csv(shipped_files()[0]) if c.engine == "trtllm" and c.deployment]
+    assert rows and all(c.deployment.overlap_scheduler is False for c in rows)
+
+
+def test_finite_run_goes_in_whole_waves():
+    """trtllm-bench queues all N requests of equal lengths; with B running at once they finish in ⌈N/B⌉ waves, the
+    last one partial, so the run keeps (N/B)/⌈N/B⌉ of the steady throughput: 3,000 requests (perf-overview.md's
+    count for 128/2048) with 1,237 at once run 3 waves, 3000/1237/3 = 80.8%; with 1,000 at once, all of it."""
+    from parplan.serving.published import _whole_waves
+
+    assert _whole_waves(3000, 1237) == pytest.approx(3000 / 1237 / 3, rel=1e-12)
+    assert _whole_waves(3000, 1000) == pytest.approx(1.0)
+    assert _whole_waves(0, 1000) == 1.0  # the run's request count not stated: steady state
