@@ -62,6 +62,13 @@ class PhaseResult:
     mixed_step: StepTime
 
 
+def burst_size(burst: float, in_flight: np.ndarray, open_loop: bool = False) -> np.ndarray:
+    """Requests arriving together with a request of a closed loop: itself and a share `burst` (the engine's knob)
+    of the others in flight, which finished with the request it replaces and were replaced with it; one in an
+    open loop."""
+    return 1.0 + (0.0 if open_loop else burst) * np.maximum(np.asarray(in_flight, dtype=float) - 1.0, 0.0)
+
+
 def prefill_steps(prompt: np.ndarray, budget: np.ndarray, chunked: bool) -> np.ndarray:
     """Steps one prompt's prefill takes: ⌈P / budget⌉ when the engine chunks, else one."""
     return np.ceil(prompt / np.maximum(budget, 1.0)) if chunked else np.ones_like(prompt)
@@ -89,7 +96,7 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
     n_p = prefill_steps(prompt, budget, eng.chunked_prefill)
     per_step = running / (n_p + decode_steps)
     capped = np.minimum(per_step, budget / prompt)
-    burst = 1.0 + (0.0 if open_loop else eng.knobs.burst) * (running - 1.0)
+    burst = burst_size(eng.knobs.burst, running, open_loop)
     tokens = np.minimum(budget, prompt * np.maximum(burst, capped))
     share = np.minimum(1.0, capped * prompt / tokens)
     # The prefill a decoding sequence waits for is that of the other requests: its own prompt, and those of its
