@@ -18,7 +18,6 @@ from parplan.cli._options import (
     ModelOpt,
     PrecisionsOpt,
     SeqOpt,
-    StackOpt,
     TimeLimitOpt,
     deadline,
     parse_gpu_counts,
@@ -128,7 +127,10 @@ def plan_command(
     tokens: Annotated[float | None, typer.Option(help="Token budget, e.g. 15e12 (with --days or for cost).")] = None,
     days: Annotated[float | None, typer.Option(help="Deadline in days: smallest GPU count meeting it.")] = None,
     top: Annotated[int, typer.Option(min=1, help="Rows to show.")] = 5,
-    stack: StackOpt = DEFAULT_STACK,
+    stack: Annotated[str | None, typer.Option(
+        "--stack", help="Software stack the layouts run on: megatron-core, megatron-deepspeed, torchtitan, fsdp, "
+                        "nanotron, maxtext, deepseek, or a stack YAML file (parplan stacks list). Default: the "
+                        "stack of --framework (or --emit) where given, else megatron-core.")] = None,
     compile: CompileOpt = None,
     framework: Annotated[str | None, typer.Option(
         help="Only layouts this framework can run: megatron, deepspeed or torchtitan (every version parplan "
@@ -161,6 +163,7 @@ def plan_command(
     model_spec = load_model(model)
     workload = parse_expert_load(expert_load, model_spec)
     base = load_cluster(cluster)
+    stack = _stack_name(stack, framework or emit)
     stack_spec = load_stack(stack, compile=compile)
     if space.precision == ("fp8",) and not base.gpu.supports_fp8:
         # Asked for fp8 only: say why instead of "no layout fits" (in a list, the fp8_supported rule drops it).
@@ -204,6 +207,21 @@ def plan_command(
         _show_sizes(results, tokens, days, json_out, sources)
         if launch is not None and not json_out:
             print_text(launch.text)
+
+
+def _stack_name(stack: str | None, framework: str | None) -> str:
+    """The stack to cost the layouts as: the one given, else the framework's own (a plan for torchtitan is
+    costed as torchtitan runs it); a given stack that exports for another framework is a usage error."""
+    from parplan.stacks import load_stack
+    from parplan.stacks.support import stack_for_framework
+
+    if stack is None:
+        return stack_for_framework(framework) if framework else DEFAULT_STACK
+    exporter = load_stack(stack).runs.exporter
+    if framework and exporter is not None and exporter.partition("@")[0] != framework.partition("@")[0].lower():
+        raise typer.BadParameter(f"the stack {stack} runs {exporter} layouts, not {framework}'s; give the stack "
+                                 f"{stack_for_framework(framework)} or leave --stack out", param_hint="--stack")
+    return stack
 
 
 def _show_single(result: PlanResult, tokens: float | None, json_out: bool, sources: dict[str, object],
