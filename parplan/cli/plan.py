@@ -17,6 +17,7 @@ from parplan.cli._options import (
     GpuCountsOpt,
     JsonOpt,
     MemoryFractionOpt,
+    MemoryOpt,
     ModelOpt,
     PrecisionsOpt,
     SeqOpt,
@@ -35,6 +36,7 @@ from parplan.planner.search import OBJECTIVES, PlanResult, plan_or_raise
 from parplan.planner.strategy import DISPATCHERS, RECOMPUTE, SCHEDULES, Strategy, recompute_label
 from parplan.planner.workload import parse_expert_load
 from parplan.stacks import DEFAULT_STACK, load_stack
+from parplan.stacks.presets import with_memory
 
 IntSpec = Annotated[str | None, typer.Option(help="A value, a list (1,2,4) or a range (1..16).")]
 
@@ -66,6 +68,8 @@ def _explain_command(est: Estimate, sources: dict[str, object], expert_load: str
         parts += ["--stack", str(sources["stack_source"])]
     if est.compile != load_stack(sources["stack_source"]).compiled:
         parts.append("--compile" if est.compile else "--no-compile")
+    for setting in sources["memory_settings"]:
+        parts += ["--memory", str(setting)]
     return " ".join(parts + (["--expert-load", expert_load] if expert_load else []))
 
 
@@ -132,6 +136,7 @@ def plan_command(
     top: Annotated[int, typer.Option(min=1, help="Rows to show.")] = 5,
     stack: StackOpt = DEFAULT_STACK,
     compile: CompileOpt = None,
+    memory: MemoryOpt = None,
     framework: Annotated[str | None, typer.Option(
         help="Only layouts this framework can run: megatron, deepspeed or torchtitan.")] = None,
     emit: Annotated[str | None, typer.Option(
@@ -152,7 +157,7 @@ def plan_command(
     model_spec = load_model(model)
     workload = parse_expert_load(expert_load, model_spec)
     base = load_cluster(cluster)
-    stack_spec = load_stack(stack, compile=compile)
+    stack_spec = with_memory(load_stack(stack, compile=compile), memory or [])
     if space.precision == ("fp8",) and not base.gpu.supports_fp8:
         # Asked for fp8 only: say why instead of "no layout fits" (in a list, the fp8_supported rule drops it).
         raise ConfigError(f"{base.gpu.name} has no fp8 tensor cores; use --precision bf16", field="precision")
@@ -182,7 +187,8 @@ def plan_command(
     if not results:
         assert failure is not None
         raise failure
-    sources = {"model_source": model, "cluster_source": cluster, "stack_source": stack}
+    sources = {"model_source": model, "cluster_source": cluster, "stack_source": stack,
+               "memory_settings": list(memory or [])}
     launch = None
     if emit is not None:
         best = results[-1][1].plans[0]  # the largest size that fits

@@ -21,9 +21,9 @@ import numpy as np
 from parplan.errors import NoFeasiblePlanError
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
-from parplan.planner.estimate import Estimate, evaluate_layouts, peak_memory_gib, required_memory_gib
+from parplan.planner.device import outside_allocator_bytes
+from parplan.planner.estimate import Estimate, evaluate_layouts, peak_memory, required_memory_gib
 from parplan.planner.estimate import group_rows as _group_rows
-from parplan.planner.memory import required_gib as memory_required_gib
 from parplan.planner.strategy import (
     DISPATCHERS,
     PRECISIONS,
@@ -278,15 +278,17 @@ def _run_batch(index: int) -> _Partial:
     for lay in enumerate_layouts(model, cluster, st["gbs"], st["seq"], space, chunk=chunk,
                                  cells=st["batches"][index]):
         # Memory first: a layout that cannot fit needs no step time.
-        base_peak = peak_memory_gib(model, cluster, lay, workload, stack)
+        base_peaks = peak_memory(model, cluster, lay, workload, stack)
         lay, parent = _time_options(lay, model, cluster, space)
-        peak = base_peak[parent]
+        peaks = base_peaks.take(parent)
         if layout_filter is not None:
             keep_rows = np.flatnonzero(layout_filter(lay))
-            lay, peak = lay.take(keep_rows), peak[keep_rows]
-        required = memory_required_gib(peak)
+            lay, peaks = lay.take(keep_rows), peaks.take(keep_rows)
         if not len(lay):
             continue
+        # Device memory includes the dispatcher's buffers (device.py), so it is completed after the expansion.
+        required = peaks.reserved + outside_allocator_bytes(model, cluster, lay) / 2**30
+        peaks = dataclasses.replace(peaks, device=required)
         evaluated += len(lay)
         i = int(np.argmin(required))
         if required[i] < least_req:
@@ -298,7 +300,7 @@ def _run_batch(index: int) -> _Partial:
         if st["prune"]:
             fitting = fitting[_undominated(lay.take(fitting))]
         ev = evaluate_layouts(model, cluster, lay.take(fitting), breakdown=False, workload=workload,
-                              peak_gib=peak[fitting], stack=stack)
+                              peaks=peaks.take(fitting), stack=stack)
         if reference is not None:
             faster += int(np.count_nonzero(ev.tokens_per_s_per_gpu > reference * (1 + 1e-9)))
         order = np.argsort(-ev.tokens_per_s_per_gpu, kind="stable")[:keep]
