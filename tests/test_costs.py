@@ -24,7 +24,7 @@ from parplan.planner.schedule import (
     S_DUALPIPE,
     S_INTERLEAVED,
     chunk_inflight,
-    inflight_microbatches,
+    inflight_share,
     virtual_stage_layers,
 )
 from parplan.planner.validate import load_runs, validate_runs
@@ -93,12 +93,12 @@ def test_inflight_microbatches():
     p, m, v = 8, 64, 4
     assert chunk_inflight(0, p, 1, S_1F1B) == [p]
     assert chunk_inflight(5, p, 1, S_1F1B) == [p - 5]
-    assert inflight_microbatches(np.array([p]), np.array([3]))[0] == 3
+    assert p * inflight_share(np.array([p]), np.array([3]))[0] == 3
     layers_worth = sum(chunk_inflight(0, p, v, S_INTERLEAVED)) / v / p  # in units of L
     assert layers_worth == pytest.approx(1 + (p - 1) / (p * v))
     assert chunk_inflight(0, p, 2, S_DUALPIPE) == [p, 1]
     assert chunk_inflight(3, p, 2, S_DUALPIPE) == [p - 3, 4]
-    assert inflight_microbatches(np.array([(p + 1) / 2]), np.array([m]))[0] == pytest.approx((p + 1) / 2)
+    assert inflight_share(np.array([(p + 1) / 2]), np.array([m]))[0] == 1.0
 
 
 def test_uneven_layers_go_to_the_ends():

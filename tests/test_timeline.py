@@ -17,7 +17,7 @@ from parplan.planner.schedule import (
     S_ZBH1,
     bubble_time,
     chunk_inflight,
-    inflight_microbatches,
+    inflight_share,
 )
 from parplan.planner.timeline import Timeline, render, simulate
 
@@ -120,7 +120,7 @@ def test_peak_inflight_matches_schedule_py(schedule, p, m, v):
     timeline = simulate(schedule, p, m, v=v, t_f=1.0, t_b=2.0, t_w=1.0 if schedule != "1f1b" else 0.0)
     chunks = v if schedule == "interleaved" else (2 if schedule.startswith("dualpipe") else 1)
     held = np.array([sum(chunk_inflight(r, p, chunks, CODES[schedule])) / chunks for r in range(p)])
-    np.testing.assert_allclose(timeline.inflight, inflight_microbatches(held, np.full(p, m)))
+    np.testing.assert_allclose(timeline.inflight, held * inflight_share(held, np.full(p, m)))
 
 
 @pytest.mark.parametrize(("schedule", "p", "m", "v"),

@@ -106,7 +106,8 @@ def outside_allocator_parts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts
     return {
         "cuda_context": np.full(len(lay), CUDA_CONTEXT_GIB * 2**30),
         "nccl": ring + peers * NCCL_P2P_PEER_BYTES,
-        "deepep": np.where(experts & deepep, deepep_bytes(model.hidden, lay.ep), 0.0),
+        "deepep": (np.where(experts & deepep, deepep_bytes(model.hidden, lay.ep), 0.0) if (experts & deepep).any()
+                   else np.zeros(len(lay))),
     }
 
 

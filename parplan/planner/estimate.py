@@ -25,7 +25,7 @@ from parplan.models.spec import Block, LayerKind, ModelSpec
 from parplan.planner import comm, compute, device, memory
 from parplan.planner.context import RC_FULL, RC_MODULES, RC_SELECTIVE, Ctx
 from parplan.planner.offload import offload_time
-from parplan.planner.schedule import bubble_time, inflight_microbatches, rank_patterns
+from parplan.planner.schedule import bubble_time, inflight_share, rank_patterns
 from parplan.planner.strategy import Layouts, Strategy
 from parplan.planner.workload import UNIFORM, Workload
 from parplan.stacks.presets import load_stack
@@ -292,47 +292,33 @@ def _reshards(ctx: Ctx) -> np.ndarray:
     return (com.reshard_after_forward & ((ctx.p == 1) | com.reshard_under_pp))[:, None]
 
 
-@dataclass(frozen=True, slots=True)
-class _States:
-    """(N, K) model states per rank pattern, and the parameter counts the optimizer step touches."""
-
-    bytes: memory.StateBytes
-    updated: np.ndarray
-    """Parameters whose optimizer states the rank holds (its ZeRO shard, or all it holds below ZeRO-1)."""
-    grad_elements: np.ndarray
-    """Elements of its gradient accumulation buffer."""
-
-
-def _model_states(ctx: Ctx, params: _RankParams) -> _States:
+def _model_states(ctx: Ctx, params: _RankParams) -> memory.StateBytes:
     """Model states per rank pattern: dense parameters sharded over cp·dp, expert parameters over the expert-DP
     group. The memory model and the optimizer step (which streams the states) both read them."""
     zero = ctx.lay.zero[:, None]
     sharded_grads = comm.reduces_every_microbatch(ctx)[:, None]
     mem, reshards = ctx.stack.memory, _reshards(ctx)
-    groups = ((params.dense, (ctx.c * ctx.dp).astype(float)[:, None]), (params.expert, ctx.edp.astype(float)[:, None]))
-    parts = [memory.model_state_bytes(held, shard, zero, mem, grads_sharded=sharded_grads, reshards=reshards)
-             for held, shard in groups]
-    states = memory.StateBytes(*(a + b for a, b in zip(*(dataclasses.astuple(x) for x in parts), strict=True)))
-    updated = sum(held / np.where(zero >= 1, shard, 1) for held, shard in groups)
-    grads = sum(held / np.where((zero >= 2) & sharded_grads, shard, 1) for held, shard in groups)
-    return _States(states, updated, grads)
+    dense, expert = (memory.model_state_bytes(held, shard, zero, mem, grads_sharded=sharded_grads, reshards=reshards)
+                     for held, shard in ((params.dense, (ctx.c * ctx.dp).astype(float)[:, None]),
+                                         (params.expert, ctx.edp.astype(float)[:, None])))
+    return dense + expert
 
 
 def _rank_memory(ctx: Ctx, pat: dict[str, np.ndarray], params: _RankParams) -> memory.RankMemory:
     """Bytes per rank pattern (N, K) by component (formulas.md §3)."""
     model, lay, n = ctx.model, ctx.lay, len(ctx.lay)
-    states = _model_states(ctx, params).bytes
+    states = _model_states(ctx, params)
     # Fewer micro-batches than a rank's peak in flight scale all its chunks down alike.
-    sets = pat["held_sets"]
-    scale = inflight_microbatches(sets, ctx.m[:, None]) / np.where(sets > 0, sets, 1.0)
+    scale = inflight_share(pat["held_sets"], ctx.m[:, None])
     act_d = memory.layer_activation_bytes(ctx, LayerKind.DENSE)
     act_m = memory.layer_activation_bytes(ctx, LayerKind.MOE) if model.moe_layer_count else _zeros(n)
-    act_mtp = memory.mtp_activation_bytes(ctx, act_d, act_m)
-    token_ids = memory.token_id_bytes(ctx)
-    layers = scale * (pat["held_dense"] * act_d[:, None] + pat["held_moe"] * act_m[:, None])
-    widest = np.maximum(act_d, act_m)[:, None]
-    activations = (memory.offloaded_activations(ctx, layers, widest)
-                   + scale * (pat["held_head"] * act_mtp[:, None] + pat["held_embedding"] * token_ids[:, None]))
+    layers = pat["held_dense"] * act_d[:, None]
+    if model.moe_layer_count:
+        layers = layers + pat["held_moe"] * act_m[:, None]
+    ends = pat["held_embedding"] * memory.token_id_bytes(ctx)[:, None]
+    if model.mtp_layers:
+        ends = ends + pat["held_head"] * memory.mtp_activation_bytes(ctx, act_d, act_m)[:, None]
+    activations = memory.offloaded_activations(ctx, scale * layers, np.maximum(act_d, act_m)[:, None]) + scale * ends
     z3_sharded = (lay.zero[:, None] == 3) & _reshards(ctx)
     buffers = (memory.zero3_gather_bytes(ctx, params.largest_layer, params.ends, z3_sharded)
                + memory.fp8_weight_bytes(ctx, params.linear, z3_sharded)
@@ -368,11 +354,15 @@ def _kinds(ctx: Ctx, rank_mem: memory.RankMemory) -> dict[str, np.ndarray]:
 
 
 def _peaks(ctx: Ctx, rank_mem: memory.RankMemory, pat: dict[str, np.ndarray]) -> MemoryPeaks:
+    """Each kind's peak over the ranks; device memory adds the same bytes outside the allocator to every rank."""
     real = pat["count"] > 0
-    kinds = _kinds(ctx, rank_mem)
-    host = np.broadcast_to(rank_mem.host, real.shape) / 2**30
-    return MemoryPeaks(*(np.where(real, kinds[k], -np.inf).max(axis=1) for k in device.MEMORY_KINDS),
-                       host=np.where(real, host, 0.0).max(axis=1))
+    allocated = rank_mem.total
+    reserved = device.reserved_bytes(allocated, rank_mem.transient, ctx.stack)
+    reserved_peak = np.where(real, reserved, -np.inf).max(axis=1) / 2**30
+    outside = device.outside_allocator_bytes(ctx.model, ctx.cluster, ctx.lay) / 2**30
+    return MemoryPeaks(allocated=np.where(real, allocated, -np.inf).max(axis=1) / 2**30, reserved=reserved_peak,
+                       device=reserved_peak + outside,
+                       host=np.where(real, rank_mem.host, 0.0).max(axis=1) / 2**30)
 
 
 def peak_memory(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM,

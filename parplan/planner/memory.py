@@ -57,6 +57,14 @@ class StateBytes:
     """Master weights, Adam's moments and a GPU-resident EMA: what the optimizer step reads and writes."""
     host: np.ndarray
     """Optimizer states kept in host memory (offload) and a host-resident EMA."""
+    updated: np.ndarray
+    """Parameters whose optimizer states the rank holds (its ZeRO shard; all it holds below ZeRO-1): what the
+    optimizer step updates."""
+    grad_elements: np.ndarray
+    """Elements of the rank's gradient accumulation buffer: what the step zeroes."""
+
+    def __add__(self, other: StateBytes) -> StateBytes:
+        return StateBytes(*(getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__))
 
 
 def model_state_bytes(params: np.ndarray, shard: np.ndarray, zero: np.ndarray, mem: Memory,
@@ -70,21 +78,27 @@ def model_state_bytes(params: np.ndarray, shard: np.ndarray, zero: np.ndarray, m
     gradients at ZeRO-2/3 (a pipeline accumulates them unsharded until its last micro-batch); `reshards` False
     keeps ZeRO-3's gathered parameters from forward to backward (FSDP under a pipeline)."""
     z3_sharded = (zero >= 3) & reshards
+    z2 = zero >= 2
     if mem.weight_bytes == COMPUTE_WEIGHT_BYTES:
         weights = params * COMPUTE_WEIGHT_BYTES / np.where(z3_sharded, shard, 1)
     else:
-        stored = params * mem.weight_bytes / np.where(zero >= 2, shard, 1)
-        weights = stored + np.where((zero >= 2) & ~z3_sharded, params * COMPUTE_WEIGHT_BYTES, 0.0)
-    grads = params * mem.grad_bytes / np.where((zero >= 2) & grads_sharded, shard, 1)
-    # ZeRO-2/3 reduce the parameter-dtype gradients bucket by bucket and free them; below, every one exists at
-    # the end of a backward.
-    grads = grads + np.where(zero <= 1, params * mem.grad_copies * GRAD_COPY_BYTES, 0.0)
-    per_param = mem.master_weight_bytes + 2 * mem.moment_bytes
-    states = params * per_param / np.where(zero >= 1, shard, 1)
-    ema = params * EMA_BYTES / np.where(zero >= 1, shard, 1)
-    on_gpu = states * (1.0 - mem.optimizer_offload) + (ema if mem.ema == "gpu" else 0.0)
-    host = states * mem.optimizer_offload + (ema if mem.ema == "cpu" else 0.0)
-    return StateBytes(weights=weights, gradients=grads, optimizer=on_gpu, host=host)
+        stored = params * mem.weight_bytes / np.where(z2, shard, 1)
+        weights = stored + np.where(z2 & ~z3_sharded, params * COMPUTE_WEIGHT_BYTES, 0.0)
+    grad_elements = params / np.where(z2 & grads_sharded, shard, 1)
+    grads = grad_elements * mem.grad_bytes
+    if mem.grad_copies:
+        # ZeRO-2/3 reduce the parameter-dtype gradients bucket by bucket and free them; below, every one exists
+        # at the end of a backward.
+        grads = grads + np.where(z2, 0.0, params * mem.grad_copies * GRAD_COPY_BYTES)
+    optimizer_shard = params / np.where(zero >= 1, shard, 1)
+    states = optimizer_shard * (mem.master_weight_bytes + 2 * mem.moment_bytes)
+    ema = optimizer_shard * EMA_BYTES
+    on_gpu = states * (1.0 - mem.optimizer_offload) if mem.optimizer_offload else states
+    host = states * mem.optimizer_offload if mem.optimizer_offload else np.zeros_like(states)
+    if mem.ema != "none":
+        on_gpu, host = (on_gpu + ema, host) if mem.ema == "gpu" else (on_gpu, host + ema)
+    return StateBytes(weights=weights, gradients=grads, optimizer=on_gpu, host=host, updated=optimizer_shard,
+                      grad_elements=grad_elements)
 
 
 def _split(ctx: Ctx, lin) -> np.ndarray:
@@ -249,7 +263,7 @@ def _activation_bytes(ctx: Ctx, kind: LayerKind, rc: np.ndarray) -> np.ndarray:
         if moe.shared_experts:
             mlp = mlp + tok * (act_in + np.where(fp8_act, 0.0, gin)) * moe.shared_experts * moe.shared_ffn / t
     full = attn + mlp
-    if not a.mla:
+    if not a.mla and (rc == RC_OP_SAC).any():
         # Per-op SAC saves the block input and the outputs of wq, wv, w1 and w2 (the odd matmuls of wq, wk, wv,
         # wo, w1, w3, w2), the attention output and its log-sum-exp, and recomputes the rest (torchtitan
         # parallelize_llama.py _custom_policy); an MoE layer's expert GEMMs keep what they keep without it.
@@ -291,6 +305,8 @@ def zero3_gather_bytes(ctx: Ctx, largest_layer: np.ndarray, ends: np.ndarray,
     per module (DeepSpeed), 4 B per parameter of the largest module (memory.rst: bf16 weights and gradients of
     the largest layer)."""
     grad_bytes = ctx.stack.communication.grad_reduce_bytes
+    if not z3_sharded.any():
+        return np.zeros((len(ctx.lay), 1))
     if ctx.stack.memory.zero3_unit == "module":
         return np.where(z3_sharded, 2.0 * COMPUTE_WEIGHT_BYTES * largest_module_params(ctx)[:, None], 0.0)
     per = (2.0 * COMPUTE_WEIGHT_BYTES + grad_bytes) * largest_layer[:, None] + COMPUTE_WEIGHT_BYTES * ends
@@ -319,12 +335,14 @@ def working_bytes(ctx: Ctx) -> np.ndarray:
     """Short-lived peak on top of stored activations on every rank: a fully recomputed layer's activations
     during its backward and the gradient of the widest activation."""
     m = ctx.model
-    kind = LayerKind.MOE if m.moe_layer_count else LayerKind.DENSE
-    recomputed = np.where(ctx.recompute == RC_FULL,
-                          layer_activation_bytes(ctx, kind, recompute=np.full_like(ctx.recompute, RC_NONE)), 0.0)
     width = max(m.mlp.ffn * (2 if m.mlp.gated else 1), m.hidden)
     grad_buffer = ACT_BYTES * ctx.tokens * width / ctx.t
-    return recomputed + grad_buffer
+    full = ctx.recompute == RC_FULL
+    if not full.any():
+        return grad_buffer
+    kind = LayerKind.MOE if m.moe_layer_count else LayerKind.DENSE
+    recomputed = layer_activation_bytes(ctx, kind, recompute=np.full_like(ctx.recompute, RC_NONE))
+    return np.where(full, recomputed, 0.0) + grad_buffer
 
 
 MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "buffers")

@@ -79,7 +79,7 @@ class RankPattern:
     held_embedding: float
     """Micro-batches in flight in the chunk with the embedding (its token ids)."""
     held_sets: float
-    """The same peak in units of all the rank's layers (`inflight_microbatches`): fewer micro-batches than this
+    """The same peak in units of all the rank's layers (`inflight_share`): fewer micro-batches than this
     scale every chunk down alike."""
 
 
@@ -152,10 +152,10 @@ def rank_patterns(model: ModelSpec, pp: int, vpp: int, schedule: int, ends: str 
                  for k, row in out.items())
 
 
-def inflight_microbatches(held_sets: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """Micro-batches of activations a rank holds at its peak, in units of its whole layer set: its peak with
-    micro-batches to spare (RankPattern.held_sets), or all m when there are fewer."""
-    return np.minimum(held_sets, m).astype(float)
+def inflight_share(held_sets: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Share of a rank's peak with micro-batches to spare (RankPattern.held_sets, in units of its whole layer
+    set) that m micro-batches keep in flight: all of it, or m of it when there are fewer."""
+    return np.minimum(1.0, m / np.maximum(held_sets, 1.0))
 
 
 def bubble_time(pp: np.ndarray, vpp: np.ndarray, schedule: np.ndarray, t_f: np.ndarray, t_b: np.ndarray,
