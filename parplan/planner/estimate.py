@@ -146,12 +146,12 @@ def _patterns(model: ModelSpec, lay: Layouts, stack: StackSpec) -> dict[str, np.
     ends = stack.memory.pipeline_ends
     tables = [rank_patterns(model, int(p), int(v), int(sc), ends) for p, v, sc in uniq]
     k = max(len(tb) for tb in tables)
-    table = np.zeros((len(first), k, len(_PATTERN_FIELDS)))
+    table = np.zeros((len(_PATTERN_FIELDS), len(first), k))
     for i, tb in enumerate(tables):
         for j, pat in enumerate(tb):
-            table[i, j] = [float(getattr(pat, f)) for f in _PATTERN_FIELDS]
-    rows = table[inverse]  # one gather for all fields
-    return {f: rows[:, :, i] for i, f in enumerate(_PATTERN_FIELDS)}
+            table[:, i, j] = [float(getattr(pat, f)) for f in _PATTERN_FIELDS]
+    rows = np.take(table, inverse, axis=1)  # one gather for all fields, each field's (N, K) block contiguous
+    return dict(zip(_PATTERN_FIELDS, rows, strict=True))
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,7 +94,7 @@ def model_state_bytes(params: np.ndarray, shard: np.ndarray, zero: np.ndarray, m
     states = optimizer_shard * (mem.master_weight_bytes + 2 * mem.moment_bytes)
     ema = optimizer_shard * EMA_BYTES
     on_gpu = states * (1.0 - mem.optimizer_offload) if mem.optimizer_offload else states
-    host = states * mem.optimizer_offload if mem.optimizer_offload else np.zeros_like(states)
+    host = states * mem.optimizer_offload if mem.optimizer_offload else np.zeros(1)
     if mem.ema != "none":
         on_gpu, host = (on_gpu + ema, host) if mem.ema == "gpu" else (on_gpu, host + ema)
     return StateBytes(weights=weights, gradients=grads, optimizer=on_gpu, host=host, updated=optimizer_shard,
