@@ -48,7 +48,9 @@ def read_json(path: str | Path) -> Any:
     return parse_json(read_text(path), str(path))
 
 
-def write_yaml(path: str | Path, data: Any) -> None:
+def write_yaml(path: str | Path, data: Any, *, block: bool = False) -> None:
     """Write `data` as YAML in parplan's layout: keys in their order, the innermost mappings and lists on one
-    line each (hundreds of measured samples stay readable)."""
-    Path(path).write_text(yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=4096))
+    line each (hundreds of measured samples stay readable), or every mapping in block style (`block`, for
+    files people read field by field, such as stack files)."""
+    Path(path).write_text(yaml.safe_dump(data, sort_keys=False, default_flow_style=False if block else None,
+                                         width=4096, allow_unicode=True))

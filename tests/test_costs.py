@@ -11,6 +11,7 @@ from conftest import ANY_STACK
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from parplan._resources import data_dir
 from parplan.errors import ConfigError, InvalidStrategyError
 from parplan.hardware import load_cluster
 from parplan.hardware.efficiency import Collective, collective_time
@@ -219,18 +220,43 @@ def test_positive_and_finite_for_valid_layouts(name):
 
 @pytest.fixture(scope="module")
 def validation():
+    """The Megatron-Core-era runs (published_runs.yaml), each costed as its own stack."""
+    return validate_runs(load_runs(data_dir("runs") / "published_runs.yaml"))
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """Every shipped run (published_runs.yaml and runs_stacks.yaml), each costed as its own stack."""
     return validate_runs(load_runs())
 
 
-def test_every_published_run_evaluates(validation):
-    assert all(r.estimate is not None for r in validation), [r.error for r in validation if r.error]
+def test_every_shipped_run_evaluates(shipped):
+    assert len(shipped) == 216
+    assert all(r.estimate is not None for r in shipped), [r.error for r in shipped if r.error]
+
+
+def test_all_runs_tier_a_median_error_target(shipped):
+    """Issue #12 target: over all shipped runs with their stacks, tier-A median |error| <= 10% (7.6% when the
+    stacks landed; the p90 target of 25% is not met: 31%)."""
+    errs = [abs(r.throughput_error) for r in shipped if r.run.tier == "A"]
+    assert np.median(errs) <= 0.10
+
+
+@pytest.mark.parametrize("group", ["bloom_search", "fms_fsdp", "maxtext_gpu", "nanotron_playbook",
+                                   "torchtitan_asynctp", "torchtitan_f8nocompile", "megatron_sc21_zero3"])
+def test_other_stacks_group_median_target(shipped, group):
+    """Issue #12 target: every source group's median |error| <= 20% (these groups meet it; mcore_ci,
+    torchao_e2e and the tier-C olmo_core/opt do not)."""
+    errs = [abs(r.throughput_error) for r in shipped if r.run.group == group]
+    assert errs and np.median(errs) <= 0.20
 
 
 def test_tier_a_median_error_target(validation):
-    """Issue target: tier-A median absolute throughput error ≤ 10%; peak-memory median ≤ 10%."""
+    """Regression guard on the Megatron-era figures: tier-A median absolute throughput error 8.3% before stacks
+    existed (issue #12: must not regress); peak-memory median ≤ 10%."""
     errs = [abs(r.throughput_error) for r in validation if r.run.tier == "A"]
     mems = [abs(r.memory_error) for r in validation if r.memory_error is not None]
-    assert np.median(errs) <= 0.10
+    assert np.median(errs) <= 0.085
     assert mems and np.median(mems) <= 0.10
 
 
@@ -354,9 +380,15 @@ def test_interleaved_transfers_wait_without_p2p_overlap():
     assert comm.pp_microbatch(on).total[0] == pytest.approx(comm.pp_microbatch(off).total[0])
 
 
-@pytest.mark.parametrize("kw", [{"pp": 1}, {"pp": 4, "schedule": "1f1b"}, {"pp": 4, "schedule": "dualpipev"}])
-def test_p2p_overlap_normalised_on_where_it_does_nothing(kw):
-    assert Strategy(**kw, p2p_overlap=False).p2p_overlap
+@pytest.mark.parametrize(("kw", "overlaps"), [({"pp": 1}, False), ({"pp": 4, "schedule": "1f1b"}, False),
+                                              ({"pp": 4, "schedule": "zb-h1"}, False),
+                                              ({"pp": 4, "vpp": 2, "schedule": "dualpipev"}, True)])
+def test_p2p_overlap_normalised_where_the_schedule_decides(kw, overlaps):
+    """1F1B and ZB-H1 wait for every transfer (Megatron-LM's validate_args sets overlap_p2p_comm False without
+    virtual stages, megatron/training/arguments.py at d98e8a6), DualPipe(V) always overlaps them: the plan
+    says what it costs, whatever was asked."""
+    assert Strategy(**kw, p2p_overlap=True).p2p_overlap is overlaps
+    assert Strategy(**kw, p2p_overlap=False).p2p_overlap is overlaps
 
 
 @pytest.mark.parametrize("cp", [1, 2])

@@ -66,11 +66,13 @@ SMALL = SearchSpace(tp=(1, 2, 4), pp=(1, 2, 4), cp=(1, 2), zero=(0, 3), recomput
 
 @pytest.mark.parametrize(("name", "gpus", "gbs", "seq"), [("qwen3-0.6b", 8, 32, 2048), ("llama3.1-8b", 16, 64, 4096)])
 def test_plan_is_exhaustive_against_brute_force(name, gpus, gbs, seq):
-    """Same number of valid layouts, same best layout and the same predicted time as a scalar brute force."""
+    """Same number of valid layouts, same best layout and the same predicted time as a scalar brute force, with
+    most layouts skipped by the search's bounds rather than costed."""
     model, cluster = load_model(name), load_cluster("h100", gpus=gpus)
     best, count = brute_force(model, cluster, gbs, seq, SMALL)
     result = plan(model, cluster, gbs=gbs, seq=seq, space=SMALL, top=3, stack=load_stack(ANY_STACK))
     assert result.evaluated == count
+    assert result.skipped > 0  # the bounds proved blocks slower: the pruned path is what is checked
     assert result.plans[0].tokens_per_s_per_gpu == pytest.approx(best.tokens_per_s_per_gpu, rel=1e-12)
     assert result.plans[0].step_time_s == pytest.approx(best.step_time_s, rel=1e-12)
 
@@ -81,7 +83,7 @@ def test_moe_space_against_brute_force():
                         schedule=("1f1b", "dualpipe", "interleaved"), vpp=(1, 2), mbs=(1, 2))
     best, count = brute_force(model, cluster, 64, 4096, space)
     result = plan(model, cluster, gbs=64, seq=4096, space=space, stack=load_stack(ANY_STACK))
-    assert result.evaluated == count
+    assert result.evaluated == count and result.skipped > 0
     assert result.plans[0].step_time_s == pytest.approx(best.step_time_s, rel=1e-12)
 
 
@@ -233,3 +235,58 @@ def test_explain_args_reproduce_every_strategy_field(run_json, model, gpus, s):
     """The command plan prints to inspect a layout gives explain that very layout, field by field."""
     doc = run_json("explain", "-m", model, "-c", "h100", "-n", str(gpus), *explain_args(s), "--stack", ANY_STACK)
     assert {k: v for k, v in doc["strategy"].items() if k not in ("dp", "microbatches")} == dataclasses.asdict(s)
+
+
+# ------------------------------------------------------------------------------- bounded work (issue #16)
+
+def test_cli_time_limit_marks_the_plan_incomplete(run_json, run_cli):
+    doc = run_json("plan", "-m", "llama3.1-70b", "-c", "h100", "-n", "512", "--gbs", "512", "--time-limit", "1e-9")
+    assert doc["plans"] and doc["complete"] is False and doc["layouts_left"] > 0
+    code, out, _ = run_cli("plan", "-m", "llama3.1-70b", "-c", "h100", "-n", "512", "--gbs", "512",
+                           "--time-limit", "1e-9")
+    assert code == 0 and "Incomplete" in out and "layouts left" in out
+    done = run_json("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--gbs", "8", "--time-limit", "600")
+    assert done["complete"] is True and done["layouts_left"] == 0
+    for bad in ("0", "-1", "nan", "inf"):
+        assert run_cli("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--gbs", "8", "--time-limit", bad)[0] == 2
+
+
+def test_cli_scale_and_rank_take_a_time_limit(run_json):
+    doc = run_json("scale", "-m", "llama3.1-70b", "-c", "h100", "-n", "256..512", "--gbs", "512",
+                   "--time-limit", "1e-9")
+    assert doc["complete"] is False and all(r["layouts_left"] > 0 for r in doc["rows"])
+    ranks = run_json("validate", "--group", "megatron_sc21_ptdp", "--rank", "--time-limit", "1e-9")["runs"]
+    assert ranks and any(not r["complete"] for r in ranks)
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["-m", "llama3.1-8b", "-c", "h100", "-n", "1000000000", "--gbs", "8"], "gpus"),
+    (["-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--gbs", "1000000000000000", "--seq", "100000"], "gbs"),
+])
+def test_absurd_sizes_are_refused_up_front(run_cli, args, field):
+    code, _, err = run_cli("plan", *args)
+    assert code == 1 and field in err and "Traceback" not in err
+
+
+def test_a_model_too_deep_to_search_is_refused(run_cli, tmp_path):
+    path = tmp_path / "deep.yaml"
+    path.write_text("hidden: 1024\nlayers: 100000\nvocab: 32000\nattention: {heads: 8}\nmlp: {ffn: 4096}\n")
+    code, _, err = run_cli("plan", "-m", str(path), "-c", "h100", "-n", "8", "--gbs", "8")
+    assert code == 1 and "layers" in err
+
+
+def test_ctrl_c_stops_a_search_cleanly():
+    """SIGINT during a long search: one line on stderr, exit 130, no traceback."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "parplan", "plan", "-m", "deepseek-v3", "-c", "h800", "-n", "2048",
+                             "--gbs", "15360", "--seq", "4096", "--precision", "fp8"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip() == "interrupted" and out == ""

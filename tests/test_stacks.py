@@ -16,7 +16,6 @@ from parplan.models import load_model
 from parplan.planner import Strategy, evaluate
 from parplan.planner.validate import load_runs
 from parplan.stacks import load_stack, stack_names
-from parplan.stacks import presets as stack_presets
 from parplan.stacks.spec import RECOMPUTE_KINDS
 from parplan.stacks.support import unsupported_reason
 
@@ -32,8 +31,23 @@ def test_presets_are_the_named_ones_and_every_fact_has_a_source():
         assert not missing, (name, missing)
 
 
-def test_stack_files_name_the_exporters_parplan_has():
-    assert set(stack_presets._EXPORTERS) == set(FRAMEWORKS)
+def test_a_stack_exporter_is_a_framework_or_one_version_of_it(tmp_path):
+    """runs.exporter "torchtitan" applies every version's support rules (what all of them run), and
+    "torchtitan@0.2.2" that version's alone: 0.2.2 shards experts over tp (etp = tp), the registry releases
+    (0.3.0, HEAD) have no expert tensor parallelism (export/torchtitan.py rules etp_1_or_tp, no_expert_tp)."""
+    assert {load_stack(n).runs.exporter for n in PRESETS} - {None} <= set(FRAMEWORKS)
+    model = load_model("qwen1.5-moe-a2.7b")
+    layout = Strategy(tp=2, ep=2, etp=2, zero=3, gbs=16, seq=4096)
+    one = tmp_path / "titan-022.yaml"
+    one.write_text("name: titan-022\nbase: torchtitan\nruns: {exporter: torchtitan@0.2.2}\n")
+    assert unsupported_reason(load_stack(str(one)), layout, model, 16) is None
+    assert "expert" in unsupported_reason(load_stack("torchtitan"), layout, model, 16)
+    for value, message in (("torchtitan@9.9", "unknown torchtitan version '9.9'"), ("titan", "not one of")):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(f"name: x\nbase: torchtitan\nruns: {{exporter: '{value}'}}\n")
+        with pytest.raises(ConfigError, match=message) as err:
+            load_stack(str(bad))
+        assert err.value.field == "runs.exporter" and err.value.file == str(bad)
 
 
 def test_megatron_names_keep_their_codes():
@@ -46,12 +60,12 @@ def test_megatron_names_keep_their_codes():
 def test_user_stack_file_overrides_a_preset_and_sources_follow(tmp_path):
     path = tmp_path / "my-titan.yaml"
     path.write_text("name: my-titan\nbase: torchtitan\nkernels: {attention: cudnn}\n"
-                    "communication: {prefetch_blocks: 2}\n"
+                    "communication: {zero3_bucket_params: 20000000}\n"
                     "sources: {kernels.attention: 'our build: SDPA cuDNN backend'}\n")
     stack = load_stack(str(path))
     assert stack.kernels.attention == "cudnn" and stack.kernels.compile_scope == "block"
     assert stack.sources["kernels.attention"] == "our build: SDPA cuDNN backend"
-    assert stack.sources["communication.prefetch_blocks"] == f"set in {path}"
+    assert stack.sources["communication.zero3_bucket_params"] == f"set in {path}"
     assert stack.sources["kernels.compile_scope"] == load_stack("torchtitan").sources["kernels.compile_scope"]
 
 
@@ -187,3 +201,53 @@ def test_stacks_list_and_show(run_cli, run_json):
     assert code == 0 and "grad_reduce_bytes" in out and "bfSixteen" in out
     code, _, err = run_cli("stacks", "show", "nope")
     assert code == 1 and "unknown stack" in err
+
+
+def _subset(tmp_path, ids: set[str]):
+    """A runs file holding some of the shipped runs (their real measurements), beside their model files."""
+    import yaml
+
+    from parplan.planner.validate import SHIPPED_RUNS
+
+    entries = [e for name in SHIPPED_RUNS for e in yaml.safe_load((data_dir("runs") / name).read_text())
+               if e["id"] in ids]
+    shutil.copytree(data_dir("runs") / "models", tmp_path / "models")
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump(entries, sort_keys=False))
+    return path
+
+
+TITAN_RUNS = {"torchtitan_asynctp_l31_8b_fsdp8_tp8_bf16_vanillatp", "torchao_l3_8b_h100_fsdp8_bf16"}
+"""One tier-A run from each of two torchtitan source groups (the torchtitan asyncTP and torchao benchmarks)."""
+
+
+def test_calibrate_stack_fits_its_knob_and_writes_a_reproducible_file(run_cli, tmp_path):
+    runs = _subset(tmp_path, TITAN_RUNS)
+    out = tmp_path / "titan.yaml"
+    code, text, err = run_cli("calibrate", "--stack", "torchtitan", "--runs", str(runs), "--out", str(out), "--json")
+    assert code == 0, err
+    doc = json.loads(text)
+    assert doc["rms_error_after"] < doc["rms_error_before"]
+    fitted = load_stack(str(out))
+    assert fitted.kernels.compute_scale == pytest.approx(doc["knobs"]["kernels.compute_scale"], abs=1e-4)
+    assert fitted.fit["prior"] == {"compute_scale": 1.0}  # the fit started from the prior, not the shipped value
+    assert "fitted by parplan calibrate --stack torchtitan" in fitted.sources["kernels.compute_scale"]
+    # The recorded command run again gives the same knob (it starts from the recorded prior).
+    code, again, err = run_cli(*fitted.fit["command"].split()[1:], "--json")
+    assert code == 0, err
+    refit = json.loads(again)["knobs"]["kernels.compute_scale"]
+    assert refit == pytest.approx(doc["knobs"]["kernels.compute_scale"], rel=1e-6)
+
+
+def test_cross_validation_predicts_each_group_from_the_others(run_json, tmp_path):
+    runs = _subset(tmp_path, TITAN_RUNS)
+    doc = run_json("validate", "--data", str(runs), "--cross-validate")
+    groups = {g["group"]: g for g in doc["groups"]}
+    assert set(groups) == {"torchtitan_asynctp", "torchao_e2e"}
+    assert all(g["refitted"] and g["stack"] == "torchtitan" and g["runs"] == 1 for g in groups.values())
+    assert doc["overall"]["runs"] == 2
+
+
+def test_calibrate_needs_a_cluster_or_a_stack(run_cli):
+    code, _, err = run_cli("calibrate")
+    assert code == 2 and "--cluster" in err

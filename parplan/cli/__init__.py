@@ -1,7 +1,7 @@
-"""The `parplan` command line (typer + rich).
+"""The `parplan` command line (typer + rich; the commands are registered in _app).
 
-Exit codes: 0 ok, 1 error in the input, 2 usage error, 3 no feasible plan. Errors are one message on
-stderr, never a traceback (set PARPLAN_DEBUG=1 to see one).
+Exit codes: 0 ok, 1 error in the input, 2 usage error, 3 no feasible plan, 130 interrupted (Ctrl-C). Errors
+are one message on stderr, never a traceback (set PARPLAN_DEBUG=1 to see one).
 """
 
 from __future__ import annotations
@@ -9,62 +9,53 @@ from __future__ import annotations
 import os
 import sys
 
-import typer
-from rich.markup import escape
-
-from parplan.cli import bench, hardware, models, stacks
-from parplan.cli._output import err_console
-from parplan.cli.calibrate import calibrate_command
-from parplan.cli.explain import explain
-from parplan.cli.export import export_command
-from parplan.cli.plan import plan_command
-from parplan.cli.scale import scale_command
-from parplan.cli.validate import validate
 from parplan.errors import ParplanError
 
-app = typer.Typer(
-    name="parplan",
-    help="Plan how to split an LLM training run over a GPU cluster.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-app.add_typer(models.app, name="models")
-app.add_typer(hardware.app, name="hardware")
-app.add_typer(stacks.app, name="stacks")
-app.command("plan")(plan_command)
-app.command("explain")(explain)
-app.command("scale")(scale_command)
-app.command("validate")(validate)
-app.command("export")(export_command)
-app.command("calibrate")(calibrate_command)
-app.add_typer(bench.app, name="bench")
-hardware.app.command("import-nccl-tests")(bench.import_nccl_tests)
+INTERRUPTED = 130
+"""Exit code after Ctrl-C (128 + SIGINT, the shell convention)."""
+
+
+def _say(text: str, label: str | None = None) -> None:
+    """One message on stderr, after a red `label:` when given."""
+    from rich.markup import escape
+
+    from parplan.cli._output import err_console
+
+    err_console.print((f"[bold red]{label}:[/] " if label else "") + escape(text), highlight=False, soft_wrap=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes."""
     try:
-        app(args=argv, standalone_mode=False)
+        # The commands (and what they import) load inside the try, so that Ctrl-C while they load exits cleanly.
+        from parplan.cli._app import app
+
+        # Without standalone mode, typer returns the code of a typer.Exit, and turns Ctrl-C into 130.
+        code = app(args=argv, standalone_mode=False)
+    except KeyboardInterrupt:
+        code = INTERRUPTED
     except ParplanError as e:
-        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        _say(str(e), "error")
         return e.exit_code
-    except typer.Exit as e:
-        return e.exit_code
-    except typer.Abort:
-        err_console.print("aborted")
-        return 1
-    except Exception as e:  # a usage error from typer's bundled click, or a bug
+    except Exception as e:  # typer's Exit and Abort, a usage error from typer's bundled click, or a bug
+        import typer
+
+        if isinstance(e, typer.Exit):
+            return e.exit_code
+        if isinstance(e, typer.Abort):
+            _say("aborted")
+            return 1
         code = getattr(e, "exit_code", None)
         if code is not None and hasattr(e, "show"):
             e.show()
             return code
         if os.environ.get("PARPLAN_DEBUG"):
             raise
-        err_console.print(f"[bold red]internal error:[/] {type(e).__name__}: {escape(str(e))} "
-                          "(set PARPLAN_DEBUG=1 for a traceback; please report it)", highlight=False, soft_wrap=True)
+        _say(f"{type(e).__name__}: {e} (set PARPLAN_DEBUG=1 for a traceback; please report it)", "internal error")
         return 1
-    return 0
+    if code == INTERRUPTED:
+        _say("interrupted")
+    return code if isinstance(code, int) else 0
 
 
 def run() -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Annotated
 
 import typer
 
-from parplan.planner.api import parse_doubling_spec
-from parplan.planner.strategy import PRECISIONS
+from parplan.names import PRECISIONS
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Preset name, HF config.json or parplan YAML file.")]
@@ -33,11 +34,26 @@ RunsCompileOpt = Annotated[bool | None, typer.Option(
     "--compile/--no-compile", help="torch.compile on or off for every run whose stack can switch it "
                                    "(default: each run's own `compile:`).")]
 MemoryFractionOpt = Annotated[float, typer.Option(min=0.1, max=1.0, help="Use at most this share of GPU memory.")]
+TimeLimitOpt = Annotated[float | None, typer.Option(
+    help="Seconds: stop searching then and report the best layouts found so far, marked incomplete with the "
+         "count of layouts left.")]
+
+
+def deadline(time_limit: float | None) -> float | None:
+    """The time.monotonic() value a --time-limit ends at (None: no limit); a limit that is not a positive
+    number of seconds is a usage error."""
+    if time_limit is None:
+        return None
+    if not (math.isfinite(time_limit) and time_limit > 0):
+        raise typer.BadParameter("must be a positive number of seconds", param_hint="--time-limit")
+    return time.monotonic() + time_limit
 
 
 def parse_gpu_counts(text: str) -> list[int]:
     """The GPU counts of a --gpus value ('256..4096' powers of two, '8,16,64' or '512'); a malformed or empty
     one is a usage error."""
+    from parplan.planner.api import parse_doubling_spec
+
     try:
         counts = parse_doubling_spec(text)
     except ValueError:

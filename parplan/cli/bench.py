@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -16,9 +16,9 @@ from rich.table import Table
 from parplan._input import read_text
 from parplan.cli._options import JsonOpt
 from parplan.cli._output import console, err_console, print_json
-from parplan.hardware import load_cluster
-from parplan.hardware.samples import ProfileSamples
-from parplan.planner.api import parse_doubling_spec, parse_int_spec
+
+if TYPE_CHECKING:
+    from parplan.hardware.samples import ProfileSamples
 
 app = typer.Typer(help="Measure this machine (torch): GEMMs, attention, memory, collectives.",
                   no_args_is_help=True)
@@ -41,6 +41,8 @@ def _sweep(items: Sequence[Any], run: Callable[[Any], list], label: str, quiet: 
 
 
 def _samples(kind: str, items: list, env: dict[str, Any]) -> ProfileSamples:
+    from parplan.hardware.samples import ProfileSamples
+
     return ProfileSamples(date=env["date"], device=env["device"], torch_version=env.get("torch_version"),
                           nccl_version=env.get("nccl_version"), **{kind: tuple(items)})
 
@@ -58,6 +60,8 @@ def _save(out: Path | None, base: str, profile: ProfileSamples) -> dict[str, Any
 
 def _sizes(text: str) -> list[int]:
     """'1K..1G' (powers of two) or a list '4096,65536'; K/M/G = 2^10/2^20/2^30 as in nccl-tests."""
+    from parplan.planner.api import parse_doubling_spec
+
     def parse(token: str) -> int:
         token = token.strip().upper()
         scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(token[-1:], 1)
@@ -81,7 +85,9 @@ def bench_gemm(
     """Time the matrix products the cost model uses and report TFLOP/s against the peak."""
     from parplan.hardware.bench import environment
     from parplan.hardware.bench.gemm import default_gemm_shapes, run_gemm
-    from parplan.models import load_model
+    from parplan.hardware.presets import load_cluster
+    from parplan.models.presets import load_model
+    from parplan.planner.api import parse_int_spec
 
     spec = load_cluster(cluster)
     dtypes = [d.strip() for d in dtype.split(",")]
@@ -128,6 +134,7 @@ def bench_attention(
     from parplan.hardware.bench.attention import run_attention
     from parplan.hardware.efficiency import FLASH_BACKWARD_FLOPS
     from parplan.hardware.fit import attention_flops
+    from parplan.planner.api import parse_int_spec
 
     env = environment(device)
     lengths = list(parse_int_spec(seq, "seq") or ())
@@ -163,6 +170,7 @@ def bench_memory(
     """Time large copies: achieved memory bandwidth against the datasheet."""
     from parplan.hardware.bench import environment
     from parplan.hardware.bench.memory import run_memory
+    from parplan.hardware.presets import load_cluster
 
     env = environment(device)
     samples = run_memory(device=device) if env["device"] != "cpu" else run_memory([1 << 20, 1 << 24], device=device)
@@ -238,6 +246,7 @@ def import_nccl_tests(
     """Parse nccl-tests logs (every format generation) into samples, fit α and busbw, write a profile."""
     from parplan.hardware.fit import fit_collectives
     from parplan.hardware.nccl_tests import nccl_version, parse_nccl_tests
+    from parplan.hardware.samples import ProfileSamples
 
     samples = []
     version = None

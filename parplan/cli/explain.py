@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -20,25 +20,13 @@ from parplan.cli._options import (
     StackOpt,
 )
 from parplan.cli._output import console, kv_table, print_json
-from parplan.hardware import load_cluster
-from parplan.models import load_model
-from parplan.planner.estimate import MEMORY_COMPONENTS, TIME_COMPONENTS, Estimate, evaluate
-from parplan.planner.explain import bottleneck
-from parplan.planner.moe import MoESection, moe_section
-from parplan.planner.strategy import (
-    BLOCKS_PREFIX,
-    DISPATCHERS,
-    PRECISIONS,
-    RECOMPUTE,
-    SCHEDULES,
-    Strategy,
-    recompute_label,
-)
-from parplan.planner.timeline import Timeline, render, simulate
-from parplan.planner.workload import parse_expert_load
-from parplan.plots import memory_bars, plot_estimate, stage_label
-from parplan.stacks import DEFAULT_STACK, load_stack
-from parplan.stacks.presets import with_memory
+from parplan.names import BLOCKS_PREFIX, DEFAULT_STACK, DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES
+
+if TYPE_CHECKING:
+    from parplan.planner.estimate import Estimate
+    from parplan.planner.moe import MoESection
+    from parplan.planner.strategy import Strategy
+    from parplan.planner.timeline import Timeline
 
 
 def _choice(value: str, options: tuple[str, ...], name: str) -> str:
@@ -54,11 +42,15 @@ _ALWAYS = ("tp", "pp", "zero", "sp", "recompute", "mbs", "gbs", "seq", "schedule
 def explain_args(s: Strategy) -> list[str]:
     """The `parplan explain` options that reproduce layout `s`: one option per Strategy field, so a field
     added to Strategy (and to explain) cannot be left out of the commands plan prints."""
-    default = Strategy()
+    from parplan.planner.strategy import Strategy, recompute_label
+
     args: list[str] = []
     for field in dataclasses.fields(Strategy):
         value = getattr(s, field.name)
-        if field.name not in _ALWAYS and value == getattr(default, field.name):
+        # What explain derives for this layout without the option (a default's normal form can depend on the
+        # other fields: p2p_overlap on the schedule, sp on tp).
+        implied = getattr(dataclasses.replace(s, **{field.name: field.default}), field.name)
+        if field.name not in _ALWAYS and value == implied:
             continue
         option = "--" + field.name.replace("_", "-")
         if field.name == "recompute_blocks":
@@ -85,6 +77,8 @@ def explain(
     etp: Annotated[int, typer.Option(min=1, help="Tensor parallelism inside each expert.")] = 1,
     vpp: Annotated[int, typer.Option(min=1, help="Model chunks per pipeline rank (interleaving).")] = 1,
     zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = Megatron distributed optimizer).")] = 1,
+    dp_replicate: Annotated[int, typer.Option(
+        min=1, help="Replicas of the ZeRO shard group (HSDP): shard over dp/N ranks, all-reduce over N.")] = 1,
     sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Megatron sequence parallelism.")] = True,
     recompute: Annotated[str, typer.Option(
         help=", ".join(RECOMPUTE) + ", or blocks:F (full recompute of a fraction F of the blocks).")] = "none",
@@ -120,6 +114,18 @@ def explain(
     json_out: JsonOpt = False,
 ) -> None:
     """Predict one layout: step time, tokens/s/GPU, MFU, memory per GPU, and where the time goes."""
+    from parplan.hardware.presets import load_cluster
+    from parplan.models.presets import load_model
+    from parplan.planner.estimate import evaluate
+    from parplan.planner.explain import bottleneck
+    from parplan.planner.moe import moe_section
+    from parplan.planner.strategy import Strategy, p2p_overlap_acts
+    from parplan.planner.timeline import render
+    from parplan.planner.workload import parse_expert_load
+    from parplan.plots import plot_estimate
+    from parplan.stacks import load_stack
+    from parplan.stacks.presets import with_memory
+
     if not recompute.startswith(BLOCKS_PREFIX):
         _choice(recompute, RECOMPUTE, "recompute")
     _choice(precision, PRECISIONS, "precision")
@@ -132,7 +138,8 @@ def explain(
     workload = parse_expert_load(expert_load, model_spec)
     dp = max(1, gpus // (tp * pp * cp))
     strategy = Strategy(
-        tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, sp=sp, recompute=recompute, mbs=mbs,
+        tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, dp_replicate=dp_replicate, sp=sp, recompute=recompute,
+        mbs=mbs,
         gbs=gbs if gbs is not None else dp * mbs, seq=seq,
         schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"), precision=precision,
         flash_attention=attention == "flash", tp_overlap=tp_overlap, dispatch=dispatch,
@@ -143,7 +150,7 @@ def explain(
     if pp_scatter_gather and not strategy.pp_scatter_gather:
         raise typer.BadParameter("acts only on a pipeline (pp > 1) with tp > 1 and --no-sp (SP already shards "
                                  "the stage tensor)", param_hint="--pp-scatter-gather")
-    if not p2p_overlap and strategy.p2p_overlap:
+    if not p2p_overlap and not p2p_overlap_acts(strategy.pp, SCHEDULES.index(strategy.schedule)):
         raise typer.BadParameter("acts only on the interleaved schedule with pp > 1 (1F1B and ZB wait for their "
                                  "transfers, DualPipe always overlaps them)", param_hint="--no-p2p-overlap")
     stack_spec = with_memory(load_stack(stack, compile=compile), memory or [])
@@ -179,6 +186,8 @@ def explain(
 
 def schedule_timeline(est: Estimate) -> Timeline | None:
     """The pipeline schedule of an estimate replayed with its slowest rank's per-micro-batch times."""
+    from parplan.planner.timeline import simulate
+
     s = est.strategy
     if s.pp == 1:
         return None
@@ -193,6 +202,9 @@ def schedule_timeline(est: Estimate) -> Timeline | None:
 
 def show_estimate(est: Estimate, sentence: str, moe: MoESection | None = None) -> None:
     """Rich tables for one estimate."""
+    from parplan.planner.estimate import MEMORY_COMPONENTS, TIME_COMPONENTS
+    from parplan.plots import memory_bars, stage_label
+
     console.print(kv_table(
         f"{est.model} on {est.gpus}× {est.cluster}",
         [

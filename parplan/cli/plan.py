@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from parplan.cli._options import (
@@ -22,46 +20,27 @@ from parplan.cli._options import (
     PrecisionsOpt,
     SeqOpt,
     StackOpt,
+    TimeLimitOpt,
+    deadline,
     parse_gpu_counts,
 )
-from parplan.cli._output import console, err_console, print_json, print_text
+from parplan.cli._output import console, print_json, print_text, search_progress
 from parplan.cli.explain import explain_args
 from parplan.errors import ConfigError, NoFeasiblePlanError
-from parplan.export import Launch, export, framework_filter
-from parplan.hardware import load_cluster
-from parplan.models import load_model
-from parplan.planner.api import space_from_options, why_better
-from parplan.planner.estimate import Estimate
-from parplan.planner.search import OBJECTIVES, PlanResult, plan_or_raise
-from parplan.planner.strategy import DISPATCHERS, RECOMPUTE, SCHEDULES, Strategy, recompute_label
-from parplan.planner.workload import parse_expert_load
-from parplan.stacks import DEFAULT_STACK, load_stack
-from parplan.stacks.presets import with_memory
+from parplan.names import DEFAULT_STACK, DISPATCHERS, RECOMPUTE, SCHEDULES
+
+if TYPE_CHECKING:
+    from parplan.export import Launch
+    from parplan.planner.estimate import Estimate
+    from parplan.planner.search import PlanResult
+    from parplan.planner.strategy import Strategy
 
 IntSpec = Annotated[str | None, typer.Option(help="A value, a list (1,2,4) or a range (1..16).")]
 
 
-def _progress_callback():
-    """A spinner on stderr that appears only when the search runs longer than a second."""
-    state: dict[str, object] = {"start": time.perf_counter(), "bar": None}
-
-    def update(done: int) -> None:
-        if state["bar"] is None and time.perf_counter() - state["start"] > 1.0:
-            bar = Progress(SpinnerColumn(), TextColumn("searching layouts: {task.completed:,} evaluated"),
-                           TimeElapsedColumn(), console=err_console, transient=True)
-            bar.start()
-            state["bar"], state["task"] = bar, bar.add_task("search", total=None)
-        if state["bar"] is not None:
-            state["bar"].update(state["task"], completed=done)
-
-    def close() -> None:
-        if state["bar"] is not None:
-            state["bar"].stop()
-
-    return update, close
-
-
 def _explain_command(est: Estimate, sources: dict[str, object], expert_load: str | None) -> str:
+    from parplan.stacks import load_stack
+
     parts = ["parplan explain --model", str(sources["model_source"]), "--cluster", str(sources["cluster_source"]),
              "--gpus", str(est.gpus), *explain_args(est.strategy)]
     if sources["stack_source"] != DEFAULT_STACK:
@@ -80,6 +59,8 @@ def _moe_cell(s: Strategy) -> str:
 
 
 def _plans_table(result: PlanResult, title: str, moe: bool) -> Table:
+    from parplan.planner.strategy import recompute_label
+
     table = Table(title=title, title_justify="left")
     cols = ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sp", "recompute", "mbs", "schedule", "prec"]
     cols += (["experts"] if moe else []) + ["tok/s/GPU", "MFU", "step s", "mem GiB"]
@@ -97,8 +78,24 @@ def _plans_table(result: PlanResult, title: str, moe: bool) -> Table:
 
 
 def _plan_doc(result: PlanResult, sources: dict[str, object]) -> dict[str, object]:
-    return {"evaluated": result.evaluated, "feasible": result.feasible, "search_seconds": result.search_seconds,
+    return {"evaluated": result.evaluated, "skipped": result.skipped, "feasible": result.feasible,
+            "complete": result.complete, "layouts_left": result.left, "search_seconds": result.search_seconds,
             "plans": [{**e.as_dict(), **sources} for e in result.plans]}
+
+
+def search_summary(result: PlanResult) -> str:
+    """What a search covered, in words: the layouts costed, and those proved slower without being costed."""
+    return (f"{result.evaluated + result.left:,} valid layouts: {result.costed:,} costed, {result.feasible:,} of "
+            f"them fit; {result.skipped:,} proved slower")
+
+
+def incomplete_note(result: PlanResult, what: str = "these are") -> str | None:
+    """The warning a search stopped by --time-limit carries, or None when it is complete."""
+    if result.complete:
+        return None
+    return (f"[bold yellow]Incomplete:[/] the time limit stopped the search with {result.left:,} of "
+            f"{result.evaluated + result.left:,} valid layouts left; {what} the best found so far, which a "
+            "complete search may beat.")
 
 
 def plan_command(
@@ -138,17 +135,29 @@ def plan_command(
     compile: CompileOpt = None,
     memory: MemoryOpt = None,
     framework: Annotated[str | None, typer.Option(
-        help="Only layouts this framework can run: megatron, deepspeed or torchtitan.")] = None,
+        help="Only layouts this framework can run: megatron, deepspeed or torchtitan (every version parplan "
+             "exports for), or one version, e.g. torchtitan@0.2.2.")] = None,
     emit: Annotated[str | None, typer.Option(
         help="Also write the winner's launch settings for megatron, deepspeed or torchtitan.")] = None,
+    time_limit: TimeLimitOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Search every valid layout, drop those that do not fit, and recommend the best."""
+    from parplan.export import export, framework_filter
+    from parplan.hardware.presets import load_cluster
+    from parplan.models.presets import load_model
+    from parplan.planner.api import space_from_options
+    from parplan.planner.search import OBJECTIVES, check_size, plan_or_raise
+    from parplan.planner.workload import parse_expert_load
+    from parplan.stacks import load_stack
+    from parplan.stacks.presets import with_memory
+
     if objective not in OBJECTIVES:
         raise typer.BadParameter(f"must be one of {', '.join(OBJECTIVES)}", param_hint="--objective")
     if days is not None and tokens is None:
         raise typer.BadParameter("--days needs --tokens", param_hint="--days")
     counts = parse_gpu_counts(gpus)
+    until = deadline(time_limit)
     space = space_from_options(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs, max_tp=max_tp,
                                max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, sp=sp, recompute=recompute,
                                schedule=schedule, precision=precision, dispatch=dispatch,
@@ -161,29 +170,31 @@ def plan_command(
     if space.precision == ("fp8",) and not base.gpu.supports_fp8:
         # Asked for fp8 only: say why instead of "no layout fits" (in a list, the fp8_supported rule drops it).
         raise ConfigError(f"{base.gpu.name} has no fp8 tensor cores; use --precision bf16", field="precision")
-    layout_filter = None
-    if framework is not None:
-        layout_filter = framework_filter(framework, model_spec)
     # DeepSpeed's pipeline engine partitions stage tensors over TP (PartitionedTensor): cost it so.
-    space = dataclasses.replace(space, pp_scatter_gather="deepspeed" in (framework, stack_spec.runs.exporter))
+    writers = (framework, stack_spec.runs.exporter)
+    space = dataclasses.replace(space, pp_scatter_gather=any(w is not None and w.partition("@")[0] == "deepspeed"
+                                                             for w in writers))
 
-    update, close = _progress_callback()
+    for n in counts:  # every size refused up front, before any is searched
+        check_size(model_spec, base.with_gpus(n), gbs, seq)
     results: list[tuple[int, PlanResult]] = []
     failure: NoFeasiblePlanError | None = None
-    try:
+    with search_progress() as update:
         for n in counts:
+            # The framework's rules read the GPU count (a pipeline schedule's micro-batches); an unknown
+            # framework name fails here, before the first search.
+            layout_filter = None if framework is None else framework_filter(framework, model_spec, n)
             try:
                 result = plan_or_raise(model_spec, base.with_gpus(n), gbs=gbs, seq=seq, space=space,
                                        objective=objective, top=top, within=within, progress=update,
-                                       layout_filter=layout_filter, workload=workload, stack=stack_spec)
+                                       layout_filter=layout_filter, workload=workload, deadline=until,
+                                       stack=stack_spec)
             except NoFeasiblePlanError as e:
                 if len(counts) == 1:
                     raise
                 failure = e  # a range of sizes: smaller clusters may simply not fit
                 continue
             results.append((n, result))
-    finally:
-        close()
     if not results:
         assert failure is not None
         raise failure
@@ -203,6 +214,8 @@ def plan_command(
 
 def _show_single(result: PlanResult, tokens: float | None, json_out: bool, sources: dict[str, object],
                  launch: Launch | None, expert_load: str | None, moe: bool) -> None:
+    from parplan.planner.api import why_better
+
     best = result.plans[0]
     if json_out:
         doc = _plan_doc(result, sources)
@@ -215,8 +228,10 @@ def _show_single(result: PlanResult, tokens: float | None, json_out: bool, sourc
         return
     console.print(_plans_table(result, f"Best layouts of {best.model} on {best.gpus}× {best.cluster} as "
                                        f"{best.stack}{' (compiled)' if best.compile else ''} runs them "
-                                       f"({result.evaluated:,} valid layouts, {result.feasible:,} fit, "
-                                       f"{result.search_seconds:.2f} s)", moe))
+                                       f"({search_summary(result)}; {result.search_seconds:.2f} s)", moe))
+    note = incomplete_note(result)
+    if note:
+        console.print(note, highlight=False)
     if len(result.plans) > 1:
         console.print(why_better(best, result.plans[1]), highlight=False)
     if tokens:
@@ -249,6 +264,10 @@ def _show_sizes(results: list[tuple[int, PlanResult]], tokens: float | None, day
             row.append(f"{e.days_for(tokens):.1f}")
         table.add_row(*row)
     console.print(table)
+    for n, r in results:
+        note = incomplete_note(r, f"at {n} GPUs the layout shown is")
+        if note:
+            console.print(note, highlight=False)
     if tokens and days:
         console.print(f"Smallest GPU count that trains {tokens:.3g} tokens within {days:g} days: "
                       + (f"{chosen}." if chosen else "none of these."), highlight=False)

@@ -18,17 +18,13 @@ from parplan.cli._options import (
     PrecisionsOpt,
     SeqOpt,
     StackOpt,
+    TimeLimitOpt,
+    deadline,
     parse_gpu_counts,
 )
-from parplan.cli._output import console, print_json
+from parplan.cli._output import console, print_json, search_progress
 from parplan.errors import NoFeasiblePlanError
-from parplan.hardware import load_cluster
-from parplan.models import load_model
-from parplan.planner.api import space_from_options
-from parplan.planner.scaling import scale, thresholds
-from parplan.planner.workload import parse_expert_load
-from parplan.plots import plot_scaling
-from parplan.stacks import DEFAULT_STACK, load_stack
+from parplan.names import DEFAULT_STACK
 
 
 def _short(sentence: str) -> str:
@@ -49,15 +45,27 @@ def scale_command(
     stack: StackOpt = DEFAULT_STACK,
     compile: CompileOpt = None,
     plot: Annotated[str | None, typer.Option(help="Write speedup and efficiency curves to this PNG.")] = None,
+    time_limit: TimeLimitOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Best layout at each GPU count; speedup and efficiency relative to the smallest count that fits."""
+    from parplan.hardware.presets import load_cluster
+    from parplan.models.presets import load_model
+    from parplan.planner.api import space_from_options
+    from parplan.planner.scaling import scale, thresholds
+    from parplan.planner.workload import parse_expert_load
+    from parplan.plots import plot_scaling
+    from parplan.stacks import load_stack
+
     counts = parse_gpu_counts(gpus)
+    until = deadline(time_limit)
     space = space_from_options(precision=precision, max_memory_fraction=max_memory_fraction)
     model_spec, base = load_model(model), load_cluster(cluster)
     stack_spec = load_stack(stack, compile=compile)
-    points = scale(model_spec, base, counts, gbs=gbs, seq=seq, weak=weak, space=space,
-                   workload=parse_expert_load(expert_load, model_spec), stack=stack_spec)
+    with search_progress() as update:
+        points = scale(model_spec, base, counts, gbs=gbs, seq=seq, weak=weak, space=space,
+                       workload=parse_expert_load(expert_load, model_spec), deadline=until, progress=update,
+                       stack=stack_spec)
     fitted = [p for p in points if p.best is not None]
     if not fitted:
         raise NoFeasiblePlanError(f"no layout of {model_spec.name} fits at any of {counts} GPUs of {base.name}")
@@ -66,9 +74,10 @@ def scale_command(
     if plot:
         plot_scaling([r for r in rows if r["fits"]], plot,
                      f"{model_spec.name} on {base.name}, {'weak' if weak else 'strong'} scaling, seq {seq}")
+    incomplete = [p for p in points if p.left]
     if json_out:
         print_json({"stack": stack_spec.name, "compile": stack_spec.compiled, "rows": rows,
-                    "below_90_percent_at": marks[0.9], "below_70_percent_at": marks[0.7]})
+                    "below_90_percent_at": marks[0.9], "below_70_percent_at": marks[0.7], "complete": not incomplete})
         return
     table = Table(title=f"{model_spec.name} on {base.name} as {stack_spec.name} runs it: "
                         f"{'weak' if weak else 'strong'} scaling "
@@ -86,5 +95,9 @@ def scale_command(
     words = [f"falls below {label} at {marks[level]} GPUs" if marks[level] else f"stays above {label}"
              for level, label in ((0.9, "90%"), (0.7, "70%"))]
     console.print(f"Efficiency {words[0]} and {words[1]} (relative to {fitted[0].gpus} GPUs).", highlight=False)
+    if incomplete:
+        console.print("[bold yellow]Incomplete:[/] the time limit stopped the searches at "
+                      + ", ".join(f"{p.gpus} GPUs ({p.left:,} layouts left)" for p in incomplete)
+                      + "; their layouts are the best found so far, which a complete search may beat.", highlight=False)
     if plot:
         console.print(f"wrote {plot}", highlight=False, markup=False)

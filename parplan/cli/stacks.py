@@ -9,7 +9,6 @@ from rich.table import Table
 
 from parplan.cli._options import JsonOpt
 from parplan.cli._output import console, print_json
-from parplan.stacks import load_stack, stack_names
 
 app = typer.Typer(help="Software stack presets and stack files.", no_args_is_help=True)
 
@@ -23,6 +22,8 @@ def _value(value: object) -> str:
 @app.command("list")
 def list_stacks(json_out: JsonOpt = False) -> None:
     """List the stack presets shipped with parplan."""
+    from parplan.stacks import load_stack, stack_names
+
     stacks = [load_stack(n) for n in stack_names()]
     if json_out:
         print_json({"stacks": [s.summary() for s in stacks]})
@@ -46,6 +47,8 @@ def show_stack(
     json_out: JsonOpt = False,
 ) -> None:
     """Show every fact of a stack and where it comes from."""
+    from parplan.stacks import load_stack
+
     s = load_stack(name, compile=compile)
     if json_out:
         print_json(s.summary())

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from parplan.errors import ConfigError
 
-DTYPES = ("bf16", "fp16", "fp8", "tf32")
+DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +48,12 @@ class GPUSpec:
     """Flash-attention forward throughput / bf16 peak at long sequence."""
     attention_bwd_fraction: float = 0.45
     """Flash-attention backward throughput / bf16 peak at long sequence (FLOPs counted as 2.5× forward)."""
+    attention_kernel_fwd: dict[str, float] = field(default_factory=dict)
+    """Forward throughput / bf16 peak at long sequence of flash-attention kernel generations slower than this
+    GPU's best (stacks.spec.ATTENTION_KERNELS, e.g. {fa2: 0.35} on Hopper); a kernel not listed runs at
+    attention_fwd_fraction."""
+    attention_kernel_bwd: dict[str, float] = field(default_factory=dict)
+    """Backward counterpart of attention_kernel_fwd (FLOPs counted as 2.5× forward)."""
     attention_half_seq: int = 650
     """Sequence length at which flash attention reaches half of its long-sequence throughput, tokens."""
     host_link_gbps: float = 64.0
@@ -67,6 +73,11 @@ class GPUSpec:
     @property
     def supports_fp8(self) -> bool:
         return "fp8" in self.peak_tflops
+
+    @property
+    def supports_fp4(self) -> bool:
+        """FP4 tensor cores (Blackwell NVFP4/MXFP4); elsewhere 4-bit weights are dequantised for the GEMM."""
+        return "fp4" in self.peak_tflops
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,8 +112,11 @@ class Calibration:
     nvlink_overlap_cost: float = 0.15
     """Share of compute throughput lost while NVLink communication overlaps it (Calculon's processor_usage
     for NVLink tiers, systems/*.json)."""
-    nic_overlap_cost: float = 0.02
-    """Same for communication over the NIC (Calculon: 2% for InfiniBand tiers)."""
+    nic_overlap_cost: float = 0.15
+    """Same for communication over the NIC. NCCL drives cross-node collectives with SM kernels too (one CTA
+    per channel, the data staged through HBM), so the share is the NVLink one: DeepSeek-V3 §3.2.2 gives 20 of
+    the H800's 132 SMs (15%) to communication kernels. (Calculon's 2% for InfiniBand tiers left fms-fsdp's
+    and MaxText's FSDP traffic free.)"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

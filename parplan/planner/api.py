@@ -112,8 +112,8 @@ def plan(model: ModelSpec | str | Path, cluster: ClusterSpec | str | Path, *, gp
     return result.plans
 
 
-def why_better(best: Estimate, other: Estimate) -> str:
-    """One or two sentences on why `best` beats `other`, from their breakdowns."""
+def why_better(best: Estimate, other: Estimate, other_name: str = "the runner-up") -> str:
+    """One or two sentences on why `best` beats `other` (called `other_name`), from their breakdowns."""
     gain = best.tokens_per_s_per_gpu / other.tokens_per_s_per_gpu - 1
     deltas = sorted(((other.time_breakdown[c]["exposed"] - best.time_breakdown[c]["exposed"], c)
                      for c in TIME_COMPONENTS), reverse=True)
@@ -124,7 +124,7 @@ def why_better(best: Estimate, other: Estimate) -> str:
         return (f"The top layouts tie within 0.1% ({', '.join(diff) or 'same layout'}); the first is listed first "
                 "for needing less memory or fewer parallel dimensions.")
     saved, comp = deltas[0]
-    text = (f"The winner is {gain:.1%} faster than the runner-up ({', '.join(diff) or 'same layout'}): "
+    text = (f"The winner is {gain:.1%} faster than {other_name} ({', '.join(diff) or 'same layout'}): "
             f"its {comp.replace('_', ' ')} is {saved:.3f} s shorter per step "
             f"({best.time_breakdown[comp]['exposed']:.3f} vs {other.time_breakdown[comp]['exposed']:.3f} s)")
     lost, worse = deltas[-1]

@@ -10,11 +10,11 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from parplan.errors import ConfigError, ParplanError
 from parplan.hardware.spec import Calibration, ClusterSpec
 from parplan.planner.estimate import evaluate
+from parplan.planner.stack_fit import Residuals
 from parplan.planner.validate import PublishedRun, RunResult
 from parplan.stacks.spec import StackSpec
 
@@ -22,25 +22,9 @@ KNOBS = ("compute_scale", "nvlink_overlap_cost", "nic_overlap_cost")
 BOUNDS = ((0.5, 0.0, 0.0), (1.5, 0.6, 0.6))
 
 
-@dataclass(frozen=True, slots=True)
-class CalibrationResult:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CalibrationResult(Residuals):
     calibration: Calibration
-    runs: tuple[str, ...]
-    errors_before: tuple[float, ...]
-    """(predicted − measured) / measured tokens/s/GPU per run with the cluster's current knobs."""
-    errors_after: tuple[float, ...]
-
-    @staticmethod
-    def _rms(errors: tuple[float, ...]) -> float:
-        return float(np.sqrt(np.mean(np.square(errors)))) if errors else 0.0
-
-    @property
-    def rms_before(self) -> float:
-        return self._rms(self.errors_before)
-
-    @property
-    def rms_after(self) -> float:
-        return self._rms(self.errors_after)
 
 
 def _errors(runs: list[PublishedRun], models: list, stacks: list[StackSpec], cluster: ClusterSpec,
@@ -54,6 +38,8 @@ def _errors(runs: list[PublishedRun], models: list, stacks: list[StackSpec], clu
 def calibrate(runs: list[PublishedRun], cluster: ClusterSpec, stack: StackSpec | None = None) -> CalibrationResult:
     """Knobs that best reproduce the runs' throughput on `cluster` (every run is taken to use it), each run
     costed as its own stack runs it (or as `stack`)."""
+    from scipy.optimize import least_squares  # scipy (0.5 s to import) loads only when calibrating
+
     if not runs:
         raise ConfigError("no runs to calibrate on", field="runs")
     models = [r.model() for r in runs]

@@ -8,6 +8,7 @@ apart has min(n, domain // stride) members per domain (1 when stride >= domain).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,6 +85,18 @@ class Ctx:
     cp_domain: np.ndarray
     dp_domain: np.ndarray
     """Members per scale-up domain of the dense gradient group (cp·dp ranks, stride tp)."""
+    replicas: np.ndarray
+    """Replicas of the sharded data-parallel group (Strategy.dp_replicate)."""
+    shard: np.ndarray
+    """Ranks of the dense ZeRO shard group: cp·dp/replicas (innermost, stride tp)."""
+    shard_domain: np.ndarray
+    """Members per scale-up domain of the dense shard group."""
+    replica_domain: np.ndarray
+    """Members per scale-up domain of the dense replica group (replicas ranks, stride tp·shard)."""
+    eshard: np.ndarray
+    """Ranks of the expert ZeRO shard group: edp/replicas."""
+    eshard_domain: np.ndarray
+    ereplica_domain: np.ndarray
     ep_domain: np.ndarray
     edp_domain: np.ndarray
     pp_same_domain: np.ndarray
@@ -95,6 +108,12 @@ class Ctx:
     straggler: np.ndarray
     """Max/mean per-GPU expert load of the EP group (1 with a balanced router); workload.py."""
 
+    def take(self, index: np.ndarray) -> Ctx:
+        """The quantities of the layouts `index` picks (no recomputation)."""
+        return dataclasses.replace(self, lay=self.lay.take(index), **{
+            f.name: getattr(self, f.name)[index] for f in dataclasses.fields(self)
+            if isinstance(getattr(self, f.name), np.ndarray)})
+
     @classmethod
     def build(cls, model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM,
               stack: StackSpec | None = None) -> Ctx:
@@ -104,6 +123,7 @@ class Ctx:
         gpus = cluster.gpus
         dp = gpus // (t * p * c)
         edp = gpus // (et * e * p)
+        r = np.maximum(f(lay.dp_replicate, dtype=np.int64), 1)
         b = lay.mbs.astype(float)
         s = lay.seq.astype(float)
         tokens = b * s / c
@@ -132,6 +152,12 @@ class Ctx:
             tp_domain=members_per_domain(d, np.ones_like(t), t),
             cp_domain=members_per_domain(d, t, c),
             dp_domain=members_per_domain(d, t, c * dp),
+            replicas=r.astype(float), shard=(c * dp // r).astype(float),
+            shard_domain=members_per_domain(d, t, c * dp // r),
+            replica_domain=members_per_domain(d, t * c * dp // r, r),
+            eshard=(edp // r).astype(float),
+            eshard_domain=members_per_domain(d, et * e, edp // r),
+            ereplica_domain=members_per_domain(d, et * e * (edp // r), r),
             ep_domain=ep_domain,
             edp_domain=members_per_domain(d, et * e, edp),
             pp_same_domain=stage_stride * 2 <= d,

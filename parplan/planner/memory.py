@@ -23,8 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from parplan.models.spec import Block, LayerKind, Shard
+from parplan.planner.compute import gemm_shapes
 from parplan.planner.context import ACT_BYTES, RC_FULL, RC_MODULES, RC_NONE, RC_OP_SAC, RC_SELECTIVE, Ctx
-from parplan.stacks.spec import Memory
+from parplan.planner.recompute import RECOMPUTED
+from parplan.stacks.spec import RECOMPUTE_KINDS, Memory
 
 COMPUTE_WEIGHT_BYTES = 2
 """bf16 weights the GEMMs read: the stored parameters when the stack stores bf16, else the bf16 copy it casts
@@ -263,15 +265,32 @@ def _activation_bytes(ctx: Ctx, kind: LayerKind, rc: np.ndarray) -> np.ndarray:
         if moe.shared_experts:
             mlp = mlp + tok * (act_in + np.where(fp8_act, 0.0, gin)) * moe.shared_experts * moe.shared_ffn / t
     full = attn + mlp
-    if not a.mla and (rc == RC_OP_SAC).any():
-        # Per-op SAC saves the block input and the outputs of wq, wv, w1 and w2 (the odd matmuls of wq, wk, wv,
-        # wo, w1, w3, w2), the attention output and its log-sum-exp, and recomputes the rest (torchtitan
-        # parallelize_llama.py _custom_policy); an MoE layer's expert GEMMs keep what they keep without it.
-        mlp_sac = (two * tok * m.mlp.ffn / t + two * tr * h) if kind is LayerKind.DENSE else mlp - norm
-        sac = (two * tr * h + two * tok * (heads * a.head_dim + a.kv_heads / t * a.head_dim)
-               + two * tok * heads * a.v_head_dim + 4.0 * tok * heads + mlp_sac)
-        full = np.where(rc == RC_OP_SAC, sac, full)
-    return np.where(rc == RC_FULL, two * tr * h, full)
+    out = np.where(rc == RC_FULL, two * tr * h, full)
+    for code in np.unique(rc[rc >= RC_OP_SAC]):
+        out = np.where(rc == code, _saved_outputs_bytes(ctx, kind, RECOMPUTE_KINDS[int(code)]), out)
+    return out
+
+
+def _saved_outputs_bytes(ctx: Ctx, kind: LayerKind, name: str) -> np.ndarray:
+    """Bytes a layer keeps under a kind that saves chosen op outputs and recomputes the rest (torchtitan's
+    per-op SAC, MaxText's remat policies; recompute.RECOMPUTED): the layer's input, the output of every
+    linear it does not recompute (column-parallel outputs split over TP, row-parallel ones on the
+    sequence-parallel shard), and the attention output with its fp32 log-sum-exp where the attention core is
+    not recomputed. What the recomputation rebuilds in backward is transient."""
+    m = ctx.model
+    what = RECOMPUTED[name]
+    out = ACT_BYTES * ctx.tokens_sp * m.hidden
+    for fp8 in (False, True):
+        share = what.linears(m, kind, fp8)
+        kept = 0.0
+        for lin, rows, n, _, count in gemm_shapes(ctx, kind):
+            width_tokens = rows * n * count  # output elements of this linear on this rank
+            kept = kept + (1.0 - share(lin)) * width_tokens
+        out = out + np.where(ctx.fp8 == fp8, ACT_BYTES * kept, 0.0)
+    if not what.attention:
+        a = m.attention
+        out = out + ctx.tokens * a.heads / ctx.t * (ACT_BYTES * a.v_head_dim + 4.0)
+    return out
 
 
 def offloaded_activations(ctx: Ctx, stored: np.ndarray, layer: np.ndarray) -> np.ndarray:

@@ -30,11 +30,7 @@ def virtual_stage_layers(layers: int, stages: int) -> list[int]:
     counts = [per] * stages
     deficit = per * stages - layers
     order = [i for pair in zip(range(stages - 1, -1, -1), range(stages), strict=True) for i in pair]
-    seen: list[int] = []
-    for i in order:
-        if i not in seen:
-            seen.append(i)
-    for i in seen[:deficit]:
+    for i in list(dict.fromkeys(order))[:deficit]:  # last, first, second last, second, ... each once
         counts[i] -= 1
     return counts
 
@@ -176,8 +172,11 @@ def bubble_time(pp: np.ndarray, vpp: np.ndarray, schedule: np.ndarray, t_f: np.n
     t_bi = t_b - t_w
     zb = np.maximum(np.maximum(t_f + t_bi - t_w, t_f), t_bi)
     dual = t_f + t_b + np.maximum(t_f, t_bi) - 2 * t_w
-    return np.select(
+    bubble = np.select(
         [schedule == S_INTERLEAVED, schedule == S_ZBH1, schedule == S_DUALPIPE, schedule == S_DUALPIPEV],
         [(p - 1) * full / vpp, (p - 1) * zb, (p / 2 - 1) * dual, (p - 1) * dual / 2],
         (p - 1) * full,
     )
+    # The DualPipe forms go negative when the weight-grad part outweighs forward and input-grad together
+    # (2W > F + B + max(F, B − W)); no pipeline finishes before its slowest rank has run its micro-batches.
+    return np.maximum(bubble, 0.0)

@@ -20,16 +20,10 @@ import numpy as np
 from parplan.errors import InvalidStrategyError
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
+from parplan.names import BLOCKS_PREFIX, DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES
 
-RECOMPUTE = ("none", "selective", "modules", "full")
-SCHEDULES = ("1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev")
-PRECISIONS = ("bf16", "fp8")
-BLOCKS_PREFIX = "blocks:"
-"""Recompute form "blocks:F": full recompute of a fraction F of the transformer blocks."""
-DISPATCHERS = ("alltoall", "deepep", "deepep-fp8")
-"""How MoE tokens travel: alltoall sends every routed copy (Megatron's alltoall dispatcher); deepep sends
-one copy per destination node and forwards it over NVLink there (DeepEP, Megatron's flex dispatcher);
-deepep-fp8 also dispatches in fp8 (combine stays bf16), as DeepSeek-V3 trained."""
+__all__ = ["BLOCKS_PREFIX", "DISPATCHERS", "PRECISIONS", "RECOMPUTE", "SCHEDULES", "Layouts", "Rule", "Strategy",
+           "parse_blocks", "recompute_label", "valid_mask"]
 
 
 def parse_blocks(text: str) -> float:
@@ -60,6 +54,24 @@ def scatter_gather_acts(tp: np.ndarray | int, pp: np.ndarray | int, sp: np.ndarr
     return (np.asarray(tp) > 1) & (np.asarray(pp) > 1) & ~np.asarray(sp, dtype=bool)
 
 
+def p2p_overlap_acts(pp: np.ndarray | int, schedule: np.ndarray | int) -> np.ndarray:
+    """Where overlapping stage-to-stage transfers with compute is a choice: the interleaved schedule (a code
+    into SCHEDULES) with pp > 1 (--no-overlap-p2p-communication turns Megatron-Core's overlap off)."""
+    return (np.asarray(pp) > 1) & (np.asarray(schedule) == SCHEDULES.index("interleaved"))
+
+
+def p2p_overlap_default(pp: np.ndarray | int, schedule: np.ndarray | int) -> np.ndarray:
+    """Whether a schedule overlaps its transfers: the interleaved one by default (`p2p_overlap_acts`),
+    DualPipe(V) always (it is built around it); 1F1B and ZB-H1 wait for each transfer (Megatron's
+    validate_args sets overlap_p2p_comm False without virtual stages, megatron/training/arguments.py) and
+    pp = 1 has none. Strategy normalises the flag with it where it is no choice, the search sets it, and the
+    cost model reads the flag alone."""
+    schedule = np.asarray(schedule)
+    overlapping = ((schedule == SCHEDULES.index("interleaved")) | (schedule == SCHEDULES.index("dualpipe"))
+                   | (schedule == SCHEDULES.index("dualpipev")))
+    return (np.asarray(pp) > 1) & overlapping
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Strategy:
     """One parallel layout and batch setting of a training run."""
@@ -79,6 +91,11 @@ class Strategy:
     zero: int = 1
     """ZeRO stage over the data-parallel group: 0 plain DDP, 1 optimizer states (Megatron distributed
     optimizer), 2 + gradients, 3 + parameters (FSDP full shard)."""
+    dp_replicate: int = 1
+    """Replicas of the sharded data-parallel group: ZeRO shards over cp·dp/dp_replicate ranks and each shard's
+    gradients are then all-reduced over the dp_replicate replicas (HSDP: torchtitan
+    data_parallel_replicate_degree, FSDP HYBRID_SHARD, MaxText dcn_data_parallelism; Megatron
+    --num-distributed-optimizer-instances). 1: one group over all of cp·dp."""
     sp: bool = True
     """Megatron sequence parallelism on the TP group (ignored when tp = 1)."""
     recompute: str = "none"
@@ -117,10 +134,10 @@ class Strategy:
     --overlap-moe-expert-parallel-comm: interleaved schedule or pp = 1). DualPipe(V) always does this and
     leaves the flag off."""
     p2p_overlap: bool = True
-    """The interleaved schedule overlaps its stage-to-stage transfers with compute (Megatron-Core's default;
-    --no-overlap-p2p-communication turns it off). Off: each transfer waits, as in Megatron-LM before 2023,
-    which had no such overlap. Only the interleaved schedule reads it (1F1B and ZB wait anyway, DualPipe(V)
-    always overlaps), so it is normalised on for the others."""
+    """Stage-to-stage transfers overlap compute. A choice only for the interleaved schedule with pp > 1
+    (Megatron-Core's default; --no-overlap-p2p-communication turns it off, and Megatron-LM before 2023 had
+    no such overlap); normalised to what the schedule does elsewhere: off for 1F1B, ZB-H1 and pp = 1 (they
+    wait for each transfer), on for DualPipe(V)."""
     pp_scatter_gather: bool = False
     """Scatter-gather of stage-boundary tensors without SP: each TP rank sends 1/tp of the tensor and the
     receiving ranks all-gather it over NVLink. Megatron-LM did this before Megatron-Core (Narayanan 2021 §4.1,
@@ -141,11 +158,13 @@ class Strategy:
             # normalise so equal layouts compare equal.
             object.__setattr__(self, "sp", False)
             object.__setattr__(self, "tp_overlap", False)
+        if self.zero == 0:
+            object.__setattr__(self, "dp_replicate", 1)  # nothing is sharded: one all-reduce over all of dp
         if self.recompute == "none":
             object.__setattr__(self, "recompute_blocks", 1.0)  # nothing to apply to a fraction of
-        if self.pp == 1 or self.schedule != "interleaved":
-            # 1F1B and ZB wait for their transfers anyway; DualPipe(V) is built around overlapping them.
-            object.__setattr__(self, "p2p_overlap", True)
+        schedule = SCHEDULES.index(self.schedule)
+        if not p2p_overlap_acts(self.pp, schedule):
+            object.__setattr__(self, "p2p_overlap", bool(p2p_overlap_default(self.pp, schedule)))
         if not scatter_gather_acts(self.tp, self.pp, self.sp):
             object.__setattr__(self, "pp_scatter_gather", False)
 
@@ -161,14 +180,16 @@ class Strategy:
         the sequence and every switch that is not its default."""
         parts = [f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp(gpus)}"]
         parts += [f"{name}={value}" for name, value in (("cp", self.cp), ("ep", self.ep), ("etp", self.etp),
-                                                          ("vpp", self.vpp)) if value != 1]
+                                                          ("vpp", self.vpp), ("dp_replicate", self.dp_replicate))
+                  if value != 1]
         parts += [f"zero={self.zero}", "sp" if self.sp else "no-sp",
                   f"recompute={recompute_label(self.recompute, self.recompute_blocks)}",
                   f"mbs={self.mbs}", f"gbs={self.gbs}", f"seq={self.seq}", self.schedule, self.precision]
         flags = (("unfused-attention", not self.flash_attention), ("tp-overlap", self.tp_overlap),
                  (self.dispatch, self.dispatch != "alltoall"),
                  (f"redundant-experts={self.redundant_experts}", self.redundant_experts > 0),
-                 ("ep-overlap", self.ep_overlap), ("no-p2p-overlap", not self.p2p_overlap),
+                 ("ep-overlap", self.ep_overlap),
+                 ("no-p2p-overlap", self.p2p_overlap != p2p_overlap_default(self.pp, SCHEDULES.index(self.schedule))),
                  ("pp-scatter-gather", self.pp_scatter_gather))
         return " ".join(parts + [text for text, on in flags if on])
 
@@ -205,6 +226,7 @@ class Layouts:
     etp: np.ndarray
     vpp: np.ndarray
     zero: np.ndarray
+    dp_replicate: np.ndarray
     mbs: np.ndarray
     gbs: np.ndarray
     seq: np.ndarray
@@ -267,8 +289,8 @@ class Rule:
     ok: Callable[[Layouts, ModelSpec, ClusterSpec], np.ndarray]
     message: Callable[[Strategy, ModelSpec, ClusterSpec], str]
     time_only: bool = False
-    """Reads a field that changes the step time but not memory (dispatch, ep_overlap): the search checks it
-    when it expands those fields after the memory check."""
+    """Reads a field that changes the step time but not memory (tp_overlap, dispatch, ep_overlap): the search
+    checks it when it expands those fields after the memory check."""
 
 
 def _experts(m: ModelSpec) -> int:
@@ -291,6 +313,10 @@ RULES: tuple[Rule, ...] = (
     Rule("grid_divides_gpus", lambda lay, m, c: c.gpus % (lay.tp * lay.pp * lay.cp) == 0,
          lambda s, m, c: f"tp·pp·cp = {s.tp}·{s.pp}·{s.cp} = {s.tp * s.pp * s.cp} does not divide the "
                          f"{c.gpus} GPUs (dp = gpus / (tp·pp·cp) must be a whole number)"),
+    Rule("dp_replicate", lambda lay, m, c: (lay.dp_replicate >= 1) & (lay.dp(c.gpus) % lay.dp_replicate == 0)
+         & ((lay.dp_replicate == 1) | ((c.gpus // lay.pp) % (lay.ep * lay.etp * lay.dp_replicate) == 0)),
+         lambda s, m, c: f"dp_replicate={s.dp_replicate} must divide dp = {s.dp(c.gpus)} and the expert data-"
+                         f"parallel size {c.gpus // s.pp // (s.ep * s.etp)} (each replica holds whole shards)"),
     Rule("tp_divides_heads", lambda lay, m, c: m.attention.heads % lay.tp == 0,
          lambda s, m, c: f"tp={s.tp} must divide the {m.attention.heads} attention heads"),
     Rule("tp_divides_kv_heads", lambda lay, m, c: m.attention.kv_heads % lay.tp == 0,
@@ -320,7 +346,8 @@ RULES: tuple[Rule, ...] = (
          lambda s, m, c: f"with sequence parallelism tp={s.tp} must divide the {s.seq // s.cp} tokens per "
                          f"context-parallel rank"),
     Rule("tp_overlap_needs_sp", lambda lay, m, c: ~lay.tp_overlap | lay.sp,
-         lambda s, m, c: "tp_overlap needs sequence parallelism (Megatron --tp-comm-overlap asserts it)"),
+         lambda s, m, c: "tp_overlap needs sequence parallelism (Megatron --tp-comm-overlap asserts it)",
+         time_only=True),
     # The first and last virtual stages may hold only the embedding and the loss (Llama 3 §3.3.2: 126 layers on
     # 128 virtual stages), so pp·vpp may exceed the layers by two.
     Rule("pp_layers", lambda lay, m, c: lay.pp * lay.vpp <= m.layers + 2,

@@ -8,6 +8,7 @@ the same `evaluate` users call; no per-run factor exists anywhere.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -173,9 +174,19 @@ def _local_ref(name: str, runs_file: Path, folder: str) -> str:
     return str(local) if local.is_file() else name
 
 
+SHIPPED_RUNS = ("published_runs.yaml", "runs_stacks.yaml")
+"""The runs files shipped in parplan/data/runs (see SOURCES.md there): Megatron-Core-era runs, and the runs of
+the other stacks."""
+
+
 def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
-    """Read a runs file (the shipped published runs by default); model files resolve beside it."""
-    path = Path(path) if path is not None else data_dir("runs") / "published_runs.yaml"
+    """Read a runs file (every shipped runs file by default); model files resolve beside it."""
+    if path is None:
+        runs = [run for name in SHIPPED_RUNS for run in load_runs(data_dir("runs") / name)]
+        ids = [r.id for r in runs]
+        assert len(set(ids)) == len(ids), "run ids repeat across the shipped runs files"
+        return runs
+    path = Path(path)
     data = read_yaml(path)
     if not isinstance(data, list):
         raise ConfigError("expected a list of runs", file=str(path))
@@ -271,7 +282,9 @@ class RankResult:
     rank: int | None
     """1 when no fitting layout is predicted faster than the published one; None when it does not fit."""
     searched: int
-    """Valid layouts searched."""
+    """Valid layouts searched (costed, or proved slower by a bound)."""
+    left: int = 0
+    """Valid layouts the deadline left unsearched (0: the rank and the best are the exhaustive search's)."""
 
     @property
     def gap(self) -> float | None:
@@ -282,10 +295,13 @@ class RankResult:
         return self.best.tokens_per_s_per_gpu / est.tokens_per_s_per_gpu - 1
 
 
-def rank_runs(results: list[RunResult], stack: StackSpec | None = None) -> list[RankResult]:
+def rank_runs(results: list[RunResult], deadline: float | None = None,
+              progress: Callable[[int, int], None] | None = None, stack: StackSpec | None = None
+              ) -> list[RankResult]:
     """For each evaluated run, search its job's whole layout space under the run's stack (or `stack`; only
     what the stack can run, costed as it runs it; precision fixed to the run's; tp and etp beyond one NVLink
-    domain allowed when the run used them) and count the fitting layouts predicted faster."""
+    domain allowed when the run used them) and count the fitting layouts predicted faster. `deadline` and
+    `progress` go to each search (search.plan)."""
     out = []
     for r in results:
         est = r.estimate
@@ -298,14 +314,14 @@ def rank_runs(results: list[RunResult], stack: StackSpec | None = None) -> list[
         space = SearchSpace(precision=(s.precision,), tp_in_domain=not beyond)
         try:
             found = plan(model, cluster, gbs=s.gbs, seq=s.seq, space=space, top=1,
-                         faster_than=est.tokens_per_s_per_gpu,
+                         faster_than=est.tokens_per_s_per_gpu, deadline=deadline, progress=progress,
                          stack=stack if stack is not None else r.run.stack_spec())
         except ParplanError:
             out.append(RankResult(r, None, None, 0))
             continue
         best = found.plans[0] if found.plans else None
         rank = int(found.extra["faster"]) + 1 if est.fits else None
-        out.append(RankResult(r, best, rank, found.evaluated))
+        out.append(RankResult(r, best, rank, found.evaluated, found.left))
     return out
 
 

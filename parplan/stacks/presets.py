@@ -5,10 +5,11 @@ A stack file has the preset schema (see parplan/data/stacks/megatron-core.yaml):
     name: my-stack
     base: torchtitan          # optional: start from a preset and override what differs
     description: "..."
-    kernels: {fused_ops, attention, compile_scope, compile, cuda_graphs, host_us_per_kernel}
-    communication: {grad_reduce_bytes, reshard_after_forward, reshard_under_pp, prefetch_blocks, tp_style}
+    kernels: {fused_ops, attention, compile_scope, compile, cuda_graphs, host_us_per_kernel, compute_scale}
+    communication: {grad_reduce_bytes, reshard_after_forward, reshard_under_pp, zero3_bucket_params, tp_style,
+                    zero3_overlaps_tp}
     recompute: {none: none, selective: op_sac, full: full}    # name -> what it recomputes
-    runs: {exporter, parallelism, zero, schedules, precisions}
+    runs: {exporter, parallelism, zero, schedules, precisions}   # exporter: megatron, torchtitan@0.3.0, ...
     memory: {weight_bytes, master_weight_bytes, grad_bytes, grad_copies, moment_bytes, fp8_params,
              fp8_weight_cache_bytes, fp8_activation_bytes, fp8_attention_output, fp8_swiglu_input,
              logit_bytes, loss_compiled, loss_chunks, vocab_parallel_loss, zero3_unit, pipeline_grad_shards,
@@ -31,6 +32,7 @@ from typing import Any
 from parplan._input import parse_yaml, read_yaml
 from parplan._resources import data_dir
 from parplan.errors import ConfigError, UnknownPresetError
+from parplan.names import DEFAULT_STACK, FRAMEWORKS
 from parplan.planner.strategy import PRECISIONS, RECOMPUTE, SCHEDULES
 from parplan.stacks.spec import (
     ALLOCATORS,
@@ -50,21 +52,14 @@ from parplan.stacks.spec import (
     StackSpec,
 )
 
-DEFAULT_STACK = "megatron-core"
-"""The stack a layout is costed as when none is named: Megatron-LM / NeMo with Transformer Engine."""
-
 _TOP = {"name", "base", "description", "kernels", "communication", "recompute", "runs", "memory", "sources", "fit"}
 _SECTIONS: dict[str, type] = {"kernels": Kernels, "communication": Communication, "runs": Runs, "memory": Memory}
-_EXPORTERS = ("megatron", "deepspeed", "torchtitan")
-"""parplan.export.FRAMEWORKS (written here to keep the export package out of every stack load; a test
-checks that they agree)."""
 _CHOICES: dict[str, tuple[object, ...]] = {
     "kernels.attention": ATTENTION_KERNELS,
     "kernels.fused_ops": FUSED_OPS,
     "kernels.compile_scope": COMPILE_SCOPES,
     "communication.tp_style": TP_STYLES,
     "communication.grad_reduce_bytes": (2, 4),
-    "runs.exporter": (*_EXPORTERS, None),
     "runs.parallelism": ("tp", "pp", "cp", "ep"),
     "runs.zero": (0, 1, 2, 3),
     "runs.schedules": SCHEDULES,
@@ -171,6 +166,24 @@ def _recompute(raw: Any, file: str) -> dict[str, str]:
     return out
 
 
+def _check_exporter(exporter: str | None, file: str) -> None:
+    """runs.exporter names a launch-settings writer (parplan.names.FRAMEWORKS): "torchtitan" for the rules of
+    every version it writes for, "torchtitan@0.3.0" for one (parplan.export.targets)."""
+    if exporter is None:
+        return
+    name, _, version = exporter.partition("@")
+    if name not in FRAMEWORKS:
+        raise ConfigError(f"{exporter!r} is not one of {', '.join(FRAMEWORKS)} (or name@version), or null",
+                          file=file, field="runs.exporter")
+    if version:
+        from parplan.export import targets
+
+        try:
+            targets(exporter)
+        except ConfigError as e:
+            raise ConfigError(str(e).removeprefix("field 'framework': "), file=file, field="runs.exporter") from None
+
+
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in over.items():
@@ -208,6 +221,7 @@ def stack_from_dict(data: Any, *, file: str) -> StackSpec:
     # A file without a memory section is told which memory fact it misses first, after the other sections.
     sections = {name: _section(cls, data.get(name) or {} if name == "memory" else data[name], file, name)
                 for name, cls in _SECTIONS.items()}
+    _check_exporter(sections["runs"].exporter, file)
     sources = _mapping(data.get("sources") or {}, file, "sources")
     return StackSpec(
         name=str(data["name"]), description=str(data.get("description", "")),

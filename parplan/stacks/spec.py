@@ -47,13 +47,14 @@ sequence-parallel input and overlaps it with the data-gradient GEMM; --tp-comm-o
 dtensor (PyTorch DTensor TP: each collective sits between dependent ops and nothing overlaps, unless async
 TP is on, which is `Strategy.tp_overlap`)."""
 
-RECOMPUTE_KINDS = ("none", "core_attention", "modules", "full", "op_sac")
-"""What a recompute setting recomputes in backward: none; core_attention (the attention core, Megatron's
-selective, Korthikanti 2022); modules (Megatron --recompute-modules: core attention, norms, the MoE
-activation and MLA's up-projections); full (every layer from its input, its communication included);
-op_sac (torchtitan's per-op selective checkpointing: every second matmul of a block and its element-wise
-ops; the attention core is saved). The first four keep the codes of `strategy.RECOMPUTE` so that
-Megatron-Core's names map onto themselves."""
+RECOMPUTE_KINDS = ("none", "core_attention", "modules", "full", "op_sac", "save_dot_except_mlpwi", "save_qkv_proj")
+"""What a recompute setting recomputes in backward (planner/recompute.py writes each one out): none;
+core_attention (the attention core, Megatron's selective, Korthikanti 2022); modules (Megatron
+--recompute-modules: core attention, norms, the MoE activation and MLA's up-projections); full (every layer
+from its input, its communication included); op_sac (torchtitan's per-op selective checkpointing: every
+second matmul of a block and its element-wise ops; the attention core is saved); save_dot_except_mlpwi and
+save_qkv_proj (MaxText remat policies: everything but the named projections' outputs is recomputed). The
+first four keep the codes of `strategy.RECOMPUTE` so that Megatron-Core's names map onto themselves."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,7 +76,11 @@ class Kernels:
     """Kernels are replayed from captured CUDA graphs: the host launches a graph, not each kernel."""
     host_us_per_kernel: float
     """CPU time to dispatch one kernel from eager Python, microseconds (PyTorch op dispatch plus the
-    launch); the GPU starves when its work per kernel is shorter."""
+    launch); the GPU starves when its work per kernel is shorter. A calibrated knob."""
+    compute_scale: float
+    """Throughput of the stack's GEMM and attention kernels relative to the GPU's measured curves (cuBLAS and
+    the attention kernel's own figures), 1.0 = as measured. A calibrated knob: the stack's residual kernel
+    efficiency its public runs show."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,11 +96,15 @@ class Communication:
     reshard_under_pp: bool
     """Whether that re-gather also happens with a pipeline (False: the gathered parameters stay for the
     micro-batches' backward, ZeRO-2-like)."""
-    prefetch_blocks: int
-    """Blocks whose parameter gather may run ahead of the block computing: a gather hides behind that many
-    blocks of compute, and the first one of each pass waits."""
+    zero3_bucket_params: float
+    """ZeRO-3 splits each pass over the parameters into collectives of at most this many parameters (and at
+    least one per transformer block); 0: one collective per block, the unit FSDP wraps and prefetches one
+    ahead of the block computing."""
     tp_style: str
     """How tensor parallelism communicates (one of TP_STYLES)."""
+    zero3_overlaps_tp: bool
+    """ZeRO-3's gathers and reduce-scatters still overlap compute when the layer is also tensor-parallel
+    (False: they are exposed, as in FSDP2 composed with DTensor TP)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,7 +112,9 @@ class Runs:
     """Which layouts the stack can run (the planner searches only these; `explain` refuses the rest)."""
 
     exporter: str | None
-    """The launch-settings writer of parplan.export whose support rules also apply (None: none)."""
+    """The launch-settings writer of parplan.export whose support rules also apply (None: none): a framework
+    name, whose every version's rules apply (what all the versions parplan writes for can run), or
+    "name@version" for one version's (export.targets)."""
     parallelism: tuple[str, ...]
     """Parallel dimensions that may exceed 1, of tp, pp, cp, ep (data parallelism always may)."""
     zero: tuple[int, ...]

@@ -1,5 +1,6 @@
 """Which layouts a stack can run: its `runs` facts and its recompute names, plus the support rules of the
-exporter it names (parplan.export), written once over `Layouts` for the search and applied to one layout
+exporter it names (parplan.export: "torchtitan" applies the rules of every version parplan writes for,
+"torchtitan@0.3.0" that version's), written once over `Layouts` for the search and applied to one layout
 for `explain`/`validate` (the same predicates, as the exporters do)."""
 
 from __future__ import annotations
@@ -43,26 +44,30 @@ def _rules(stack: StackSpec) -> list[tuple[Callable[[Layouts], np.ndarray], Call
     return out
 
 
-def stack_filter(stack: StackSpec, model: ModelSpec | None = None) -> Callable[[Layouts], np.ndarray]:
+def stack_filter(stack: StackSpec, model: ModelSpec | None = None,
+                 gpus: int | None = None) -> Callable[[Layouts], np.ndarray]:
     """True where `stack` can run a layout: its own rules and its exporter's support rules
-    (export.framework_filter)."""
+    (export.framework_filter, with the model and GPU count where given). Elementwise over the Layouts fields,
+    as the search needs of a layout filter."""
     rules = _rules(stack)
     exporter = None
     if stack.runs.exporter is not None:
         from parplan.export import framework_filter
 
-        exporter = framework_filter(stack.runs.exporter, model)
+        exporter = framework_filter(stack.runs.exporter, model, gpus)
 
     def mask(lay: Layouts) -> np.ndarray:
         ok = np.ones(len(lay), dtype=bool)
         for rule, _ in rules:
-            ok &= np.asarray(rule(lay), dtype=bool)
+            # Not in place: the search passes Layouts whose fields broadcast against each other.
+            ok = ok & np.asarray(rule(lay), dtype=bool)
         return ok & exporter(lay) if exporter is not None else ok
 
     return mask
 
 
-def unsupported_reason(stack: StackSpec, strategy: Strategy, model: ModelSpec | None = None) -> str | None:
+def unsupported_reason(stack: StackSpec, strategy: Strategy, model: ModelSpec | None = None,
+                       gpus: int | None = None) -> str | None:
     """Why `stack` cannot run `strategy`, or None when it can (the predicates of stack_filter)."""
     lay = Layouts.from_strategies([strategy])
     for rule, why in _rules(stack):
@@ -71,13 +76,14 @@ def unsupported_reason(stack: StackSpec, strategy: Strategy, model: ModelSpec | 
     if stack.runs.exporter is not None:
         from parplan.export import unsupported_reason as exporter_reason
 
-        return exporter_reason(stack.runs.exporter, strategy, model=model)
+        return exporter_reason(stack.runs.exporter, strategy, model=model, gpus=gpus)
     return None
 
 
-def check_stack(stack: StackSpec, strategy: Strategy, model: ModelSpec | None = None) -> None:
+def check_stack(stack: StackSpec, strategy: Strategy, model: ModelSpec | None = None, gpus: int | None = None
+                ) -> None:
     """Raise InvalidStrategyError naming why `stack` cannot run `strategy`."""
-    reason = unsupported_reason(stack, strategy, model)
+    reason = unsupported_reason(stack, strategy, model, gpus)
     if reason is not None:
         raise InvalidStrategyError(f"stack {stack.name} cannot run this layout: {reason}")
 
