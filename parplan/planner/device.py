@@ -27,9 +27,11 @@ from parplan.stacks.spec import StackSpec
 
 MEMORY_KINDS = ("allocated", "reserved", "device")
 
-ALLOCATOR_HEADROOM = {"caching": 0.1, "expandable_segments": 0.02}
+ALLOCATOR_HEADROOM = {"caching": 0.1, "expandable_segments": 0.02, "xla": 0.0}
 """Reserved bytes beyond allocated, as a share of the bytes allocated and freed within each step (activations,
-logits, gather and working buffers; the model states are allocated once at start and never fragment)."""
+logits, gather and working buffers; the model states are allocated once at start and never fragment). XLA's
+buffer assignment lays the step's buffers out at compile time (xla/service/buffer_assignment.cc), so nothing
+fragments at run time."""
 
 CUDA_CONTEXT_GIB = 1.0
 """CUDA context, loaded kernels and cuBLAS/cuDNN workspaces outside PyTorch's allocator (formulas.md §3.8: 300 MiB
@@ -68,6 +70,12 @@ def reserved_bytes(allocated: np.ndarray, transient: np.ndarray, stack: StackSpe
     return allocated + ALLOCATOR_HEADROOM[stack.memory.allocator] * transient
 
 
+def nccl_bytes(ring_groups: np.ndarray, p2p_peers: np.ndarray) -> np.ndarray:
+    """NCCL's buffers of a rank that runs collectives in `ring_groups` groups and point-to-point transfers with
+    `p2p_peers` peers."""
+    return ring_groups * NCCL_CHANNELS * NCCL_PROTOCOL_BYTES + p2p_peers * NCCL_P2P_PEER_BYTES
+
+
 def _ring_groups(model: ModelSpec, lay: Layouts, gpus: int) -> np.ndarray:
     """Groups a rank runs collectives in: TP, the dense gradient group (cp·dp), the expert gradient group and the
     context-parallel group."""
@@ -102,10 +110,9 @@ def outside_allocator_parts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts
     experts = (model.moe is not None) & (lay.ep > 1)
     alltoall_peers = np.where(experts & ~deepep, lay.ep * lay.etp - 1, 0)
     peers = 2.0 * (lay.pp > 1) + alltoall_peers
-    ring = _ring_groups(model, lay, cluster.gpus) * NCCL_CHANNELS * NCCL_PROTOCOL_BYTES
     return {
         "cuda_context": np.full(len(lay), CUDA_CONTEXT_GIB * 2**30),
-        "nccl": ring + peers * NCCL_P2P_PEER_BYTES,
+        "nccl": nccl_bytes(_ring_groups(model, lay, cluster.gpus), peers),
         "deepep": (np.where(experts & deepep, deepep_bytes(model.hidden, lay.ep), 0.0) if (experts & deepep).any()
                    else np.zeros(len(lay))),
     }
