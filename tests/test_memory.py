@@ -170,6 +170,26 @@ def test_allocator_headroom_against_a_logged_peak():
     assert ALLOCATOR_HEADROOM["expandable_segments"] < ALLOCATOR_HEADROOM["caching"]
 
 
+def test_loss_and_backward_buffers_are_alternatives():
+    """Llama 3.1 8B under FSDP2 (torchtitan, eager loss, full recompute, 8 GPUs, one 8,192-token sequence): the
+    loss's peak holds the gathered bf16 embedding and head (2 x 128,256 x 4,096 x 2 B) and the fp32 cross entropy's
+    12 B per logit (8,192 x 128,256); the blocks' gather buffers and the recomputed layer come after the logits are
+    freed, so they do not add: 2,101,346,304 + 12,608,618,496 B of buffers."""
+    est = evaluate(load_model("llama3.1-8b"), load_cluster("h100", gpus=8),
+                   Strategy(tp=1, zero=3, gbs=8, seq=8192, recompute="full"),
+                   stack=load_stack("torchtitan", compile=False))
+    assert est.memory_breakdown["buffers"] * 2**30 == pytest.approx(2 * 128_256 * 4_096 * 2 + 12 * 8_192 * 128_256)
+
+
+def test_xla_allocates_what_it_planned_and_maxtext_fits_its_pool():
+    """XLA lays the compiled step's buffers out at compile time: reserved equals allocated. MaxText's Llama 3 70B
+    recipe (NVIDIA dgxc-benchmarking maxtext, 128 H100s, FSDP 128, per-device batch 2 of 8,192 tokens,
+    remat_policy save_qkv_proj) runs with XLA_PYTHON_CLIENT_MEM_FRACTION 0.94: its peak fits in 0.94 x 80 GiB."""
+    est = evaluate(load_model("llama3.1-70b"), load_cluster("h100", gpus=128),
+                   Strategy(tp=1, zero=3, mbs=2, gbs=256, seq=8192, recompute="modules"), stack="maxtext")
+    assert est.reserved_gib == est.memory_gib <= 0.94 * 80
+
+
 def test_deepep_buffers_from_its_size_hints():
     """DeepEP config.hpp get_nvl_buffer_size_hint / get_rdma_buffer_size_hint with the defaults of
     deep_ep/buffer.py for 64 ranks (num_sms 20 → 10 channels, 288 NVLink and 128 RDMA receive tokens per channel):
@@ -255,10 +275,15 @@ def test_published_runs_that_ran_fit(published):
 
 
 def test_published_memory_like_with_like(published):
-    """The runs with a measured peak compare it in the kind they measured (allocated for Megatron-Core CI)."""
+    """Issue #13's targets: every shipped run with a measured peak compares it in the kind it measured
+    (Megatron-Core CI allocated, torchtitan and nanotron reserved, BLOOM's search nvidia-smi), none left unknown;
+    median |error| <= 10% and p90 <= 25% over at least 70 runs."""
     measured = [r for r in published if r.memory_error is not None]
-    assert measured and all(r.memory_kind == "allocated" for r in measured)
-    assert np.median([abs(r.memory_error) for r in measured]) <= 0.10
+    assert len(measured) >= 70
+    assert all(r.memory_kind == r.run.peak_memory_kind for r in measured)
+    assert {r.memory_kind for r in measured} == {"allocated", "reserved", "device"}
+    errors = [abs(r.memory_error) for r in measured]
+    assert np.median(errors) <= 0.10 and np.percentile(errors, 90) <= 0.25
 
 
 # ----------------------------------------------------------------------------------- bad input and the CLI

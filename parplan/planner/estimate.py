@@ -418,9 +418,12 @@ def _rank_memory(ctx: Ctx, pat: dict[str, np.ndarray], params: _RankParams) -> m
         ends = ends + pat["held_head"] * memory.mtp_activation_bytes(ctx, act_d, act_m)[:, None]
     activations = memory.offloaded_activations(ctx, scale * layers, np.maximum(act_d, act_m)[:, None]) + scale * ends
     z3_sharded = (lay.zero[:, None] == 3) & _reshards(ctx)
-    buffers = (memory.zero3_gather_bytes(ctx, params.largest_layer, params.ends, z3_sharded)
-               + memory.fp8_weight_bytes(ctx, params.linear, z3_sharded)
-               + pat["head"] * memory.logit_bytes(ctx)[:, None] + memory.working_bytes(ctx)[:, None])
+    # The loss's logits live between the last forward and the first backward, the blocks' ZeRO-3 buffers and the
+    # backward's working set after them: the peak holds one of the two phases on top of what both keep.
+    loss = pat["head"] * memory.logit_bytes(ctx)[:, None]
+    backward = memory.zero3_block_bytes(ctx, params.largest_layer, z3_sharded) + memory.working_bytes(ctx)[:, None]
+    buffers = (memory.zero3_ends_bytes(ctx, params.ends, z3_sharded)
+               + memory.fp8_weight_bytes(ctx, params.linear, z3_sharded) + np.maximum(loss, backward))
     weights = states.weights
     if ctx.stack.memory.fp8_params:
         # fp8 parameters replace the bf16 linear weights (their transpose is in fp8_weight_bytes).

@@ -315,21 +315,26 @@ def token_id_bytes(ctx: Ctx) -> np.ndarray:
     return TOKEN_ID_BYTES * ctx.b * ctx.s / ctx.c
 
 
-def zero3_gather_bytes(ctx: Ctx, largest_layer: np.ndarray, ends: np.ndarray,
-                       z3_sharded: np.ndarray) -> np.ndarray:
-    """(N, K) ZeRO-3 working buffers where it reshards the parameters (`z3_sharded`): per transformer block
-    (FSDP, Megatron-FSDP), the bf16 weights of the block computing and of the one prefetched plus the block's
-    unsharded gradient in the reduce dtype before its reduce-scatter, and the embedding and head (`ends`), which
-    stay gathered from their forward to their backward (FSDP2's root module does not reshard after forward);
-    per module (DeepSpeed), 4 B per parameter of the largest module (memory.rst: bf16 weights and gradients of
-    the largest layer)."""
-    grad_bytes = ctx.stack.communication.grad_reduce_bytes
+def zero3_block_bytes(ctx: Ctx, largest_layer: np.ndarray, z3_sharded: np.ndarray) -> np.ndarray:
+    """(N, K) ZeRO-3 working buffers of the blocks where it reshards the parameters (`z3_sharded`): per transformer
+    block (FSDP, Megatron-FSDP), the bf16 weights of the block computing and of the one prefetched plus the
+    block's unsharded gradient in the reduce dtype before its reduce-scatter; per module (DeepSpeed), 4 B per
+    parameter of the largest module (memory.rst: bf16 weights and gradients of the largest layer)."""
     if not z3_sharded.any():
         return np.zeros((len(ctx.lay), 1))
     if ctx.stack.memory.zero3_unit == "module":
         return np.where(z3_sharded, 2.0 * COMPUTE_WEIGHT_BYTES * largest_module_params(ctx)[:, None], 0.0)
-    per = (2.0 * COMPUTE_WEIGHT_BYTES + grad_bytes) * largest_layer[:, None] + COMPUTE_WEIGHT_BYTES * ends
-    return np.where(z3_sharded, per, 0.0)
+    grad_bytes = ctx.stack.communication.grad_reduce_bytes
+    return np.where(z3_sharded, (2.0 * COMPUTE_WEIGHT_BYTES + grad_bytes) * largest_layer[:, None], 0.0)
+
+
+def zero3_ends_bytes(ctx: Ctx, ends: np.ndarray, z3_sharded: np.ndarray) -> np.ndarray:
+    """(N, K) the bf16 embedding and head (`ends` parameters) ZeRO-3 keeps gathered from their forward to their
+    backward (FSDP2's root module does not reshard after forward); DeepSpeed gathers them module by module like
+    any other (zero3_block_bytes)."""
+    if not z3_sharded.any() or ctx.stack.memory.zero3_unit == "module":
+        return np.zeros((len(ctx.lay), 1))
+    return np.where(z3_sharded, COMPUTE_WEIGHT_BYTES * ends, 0.0)
 
 
 def fp8_weight_bytes(ctx: Ctx, linear_params: np.ndarray, z3_sharded: np.ndarray) -> np.ndarray:
@@ -376,7 +381,8 @@ class RankMemory:
     optimizer: np.ndarray
     activations: np.ndarray
     buffers: np.ndarray
-    """ZeRO-3 gather buffers, fp8 weight copies, the logits and transient working memory."""
+    """fp8 weight copies, the gathered ZeRO-3 embedding and head, and the larger of the loss's logits and the
+    backward's ZeRO-3 block buffers with its working memory (the two phases do not overlap)."""
     host: np.ndarray
     """Bytes the rank keeps in host memory (offloaded optimizer states, a host EMA); not part of `total`."""
 

@@ -125,10 +125,12 @@ class Runs:
     """GEMM precisions (strategy.PRECISIONS)."""
 
 
-ALLOCATORS = ("caching", "expandable_segments")
-"""PyTorch's CUDA caching allocator as configured by PYTORCH_CUDA_ALLOC_CONF: caching (the default: fixed-size
-segments from cudaMalloc, split and cached per size class) or expandable_segments (one segment per stream grown
-page by page, so freed blocks can be remapped instead of stranded)."""
+ALLOCATORS = ("caching", "expandable_segments", "xla")
+"""How device memory is allocated: PyTorch's CUDA caching allocator as configured by PYTORCH_CUDA_ALLOC_CONF,
+caching (the default: fixed-size segments from cudaMalloc, split and cached per size class) or
+expandable_segments (one segment per stream grown page by page, so freed blocks can be remapped instead of
+stranded); or xla (XLA places every buffer of the compiled step at compile time, reusing memory by liveness, in
+a pool it preallocates)."""
 
 ZERO3_UNITS = ("block", "module")
 """What a fully sharded (ZeRO-3) data-parallel group gathers at a time: block (one transformer block, FSDP and
