@@ -12,6 +12,7 @@ from conftest import ANY_STACK
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from parplan._resources import data_dir
 from parplan.errors import ConfigError, InvalidStrategyError
 from parplan.hardware import load_cluster
 from parplan.models import LayerKind, load_model
@@ -19,7 +20,7 @@ from parplan.planner import Layouts, Strategy, evaluate, evaluate_layouts
 from parplan.planner.context import Ctx
 from parplan.planner.device import ALLOCATOR_HEADROOM, deepep_bytes, reserved_bytes
 from parplan.planner.memory import layer_activation_bytes, model_state_bytes
-from parplan.planner.schedule import stage_layers
+from parplan.planner.schedule import cost_stage_layers, stage_layers
 from parplan.planner.validate import load_runs, validate_runs
 from parplan.stacks import load_stack
 from parplan.stacks.presets import with_memory
@@ -156,6 +157,14 @@ def test_llama3_stages_count_embedding_and_loss():
     assert stage_layers(126, 16, "embedding_and_loss") == [7] + [8] * 14 + [7]
     chunks = stage_layers(126, 128, "embedding_and_loss")
     assert chunks[0] == chunks[-1] == 0 and set(chunks[1:-1]) == {1}
+
+
+def test_nanotron_cuts_stages_by_compute_cost():
+    """nanotron build_model: a Llama decoder layer costs 4·32·64·2048 + 3·8192·2048 = 67,108,864 and the LM head
+    131,072·2048 = 268,435,456 (4 layers); over 2 stages the first takes blocks until the cumulative cost passes
+    half of 20 layers' worth, the 11th layer included: 11 and 5 of the 1.34B model's 16 layers."""
+    model = load_model(str(data_dir("runs") / "models" / "nanotron-llama-1.34b.json"))
+    assert cost_stage_layers(model, 2) == [11, 5]
 
 
 # ----------------------------------------------------------------------------------- memory kinds

@@ -5,7 +5,8 @@ Layer placement: the model is cut into pp·vpp virtual stages of equal layer cou
 not divide, the last and first virtual stages give up the remainder (they also carry the loss and the
 embedding; Megatron --decoder-first/last-pipeline-num-layers, and the zero-bubble README's advice of
 L = k·p − 2). A stack whose `memory.pipeline_ends` is embedding_and_loss counts the embedding and the loss
-as one layer each, so the first and last virtual stages hold one layer fewer (Llama 3 §3.3.2). Rank r
+as one layer each, so the first and last virtual stages hold one layer fewer (Llama 3 §3.3.2); one whose rule is
+compute_cost cuts by cumulative compute cost, the LM head included (nanotron). Rank r
 holds virtual stages r, r+p, ... (interleaved); DualPipe's rank r holds stages r and p−1−r of a p-stage cut
 (micro-batches flow both ways, so each runs half of the time); DualPipeV's rank r holds chunks r and
 2p−1−r of a 2p-stage cut (V shape, each micro-batch passes both).
@@ -45,6 +46,34 @@ def stage_layers(layers: int, stages: int, ends: str = "balanced") -> list[int]:
     counts = virtual_stage_layers(layers + 2, stages)
     counts[0] -= 1
     counts[-1] -= 1
+    return counts
+
+
+def _block_cost(model: ModelSpec, kind: LayerKind) -> float:
+    """A layer's compute cost as nanotron's get_block_compute_costs counts it: 4·heads·head_dim·hidden for the
+    attention projections and 3·ffn·hidden for a gated MLP (2· ungated), an MoE layer's MLP over the routed
+    experts a token visits and the shared experts."""
+    m = model
+    up = 3 if m.mlp.gated else 2
+    ffn = m.mlp.ffn if kind is LayerKind.DENSE or m.moe is None else (
+        m.moe.top_k * m.moe.expert_ffn + m.moe.shared_experts * m.moe.shared_ffn)
+    return float(4 * m.attention.heads * m.attention.head_dim * m.hidden + up * ffn * m.hidden)
+
+
+def cost_stage_layers(model: ModelSpec, stages: int) -> list[int]:
+    """Layers of each stage under nanotron's cut (src/nanotron/models/base.py build_model): blocks in order (the
+    embedding at no cost, the layers, the LM head at vocab·hidden) go to the current stage, which moves on once
+    the cumulative cost passes (cost · (stage + 1) / stages); the block that passes stays, so the first stages
+    hold the extra layers."""
+    costs = [_block_cost(model, kind) for kind in model.layer_kinds()]
+    total = sum(costs) + float(model.vocab * model.hidden)
+    counts = [0] * stages
+    stage, cumulative = 0, 0.0
+    for cost in costs:
+        counts[stage] += 1
+        cumulative += cost
+        if cumulative > total * (stage + 1) / stages:
+            stage += 1
     return counts
 
 
@@ -115,7 +144,7 @@ def rank_patterns(model: ModelSpec, pp: int, vpp: int, schedule: int, ends: str 
     """Distinct rank patterns of a pipeline, each with its first rank, its multiplicity and the in-flight
     activations of whichever of its ranks holds the most; `ends` is the stack's pipeline_ends rule."""
     stages = pp if schedule == S_DUALPIPE else (2 * pp if schedule == S_DUALPIPEV else pp * vpp)
-    counts = stage_layers(model.layers, stages, ends)
+    counts = cost_stage_layers(model, stages) if ends == "compute_cost" else stage_layers(model.layers, stages, ends)
     kinds = model.layer_kinds()
     starts = np.concatenate([[0], np.cumsum(counts)])
     out: dict[tuple, dict] = {}

@@ -136,10 +136,12 @@ ZERO3_UNITS = ("block", "module")
 """What a fully sharded (ZeRO-3) data-parallel group gathers at a time: block (one transformer block, FSDP and
 Megatron-FSDP wrapping policies) or module (each leaf module, DeepSpeed ZeRO-3's parameter coordinator)."""
 
-PIPELINE_ENDS = ("balanced", "embedding_and_loss")
-"""How the layers are cut into pipeline stages: balanced (equal stages, the remainder taken off the ends) or
+PIPELINE_ENDS = ("balanced", "embedding_and_loss", "compute_cost")
+"""How the layers are cut into pipeline stages: balanced (equal stages, the remainder taken off the ends);
 embedding_and_loss (the embedding and the loss count as one layer each, so the first and last stages hold one
-layer fewer: Megatron --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split, Llama 3)."""
+layer fewer: Megatron --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split, Llama 3);
+or compute_cost (each stage takes blocks until their cumulative compute cost passes its equal share, the block
+that passes it included, the LM head costed like the layers: nanotron's build_model)."""
 
 FP8_ATTENTION_OUTPUTS = ("copy", "e5m6")
 """What fp8 training keeps of the attention output for backward: copy (the attention kernel keeps its bf16
