@@ -25,6 +25,9 @@ StackOpt = Annotated[str, typer.Option(
                     "nanotron, maxtext, deepseek, or a stack YAML file (parplan stacks list).")]
 CompileOpt = Annotated[bool | None, typer.Option(
     "--compile/--no-compile", help="torch.compile on or off where the stack supports it (default: the stack's).")]
+MemoryOpt = Annotated[list[str] | None, typer.Option(
+    "--memory", help="Set one memory fact of the stack, KEY=VALUE (repeatable), e.g. moment_bytes=2, "
+                     "optimizer_offload=1.0, allocator=expandable_segments (parplan stacks show NAME lists them).")]
 RunsStackOpt = Annotated[str | None, typer.Option(
     "--stack", help="Cost every run as this stack (preset or stack file); default: each run's own `stack:`.")]
 RunsCompileOpt = Annotated[bool | None, typer.Option(

@@ -15,6 +15,7 @@ from parplan.cli._options import (
     GpuCountsOpt,
     JsonOpt,
     MemoryFractionOpt,
+    MemoryOpt,
     ModelOpt,
     PrecisionsOpt,
     SeqOpt,
@@ -45,6 +46,8 @@ def _explain_command(est: Estimate, sources: dict[str, object], expert_load: str
         parts += ["--stack", str(sources["stack_source"])]
     if est.compile != load_stack(sources["stack_source"]).compiled:
         parts.append("--compile" if est.compile else "--no-compile")
+    for setting in sources["memory_settings"]:
+        parts += ["--memory", str(setting)]
     return " ".join(parts + (["--expert-load", expert_load] if expert_load else []))
 
 
@@ -132,6 +135,7 @@ def plan_command(
                         "nanotron, maxtext, deepseek, or a stack YAML file (parplan stacks list). Default: the "
                         "stack of --framework (or --emit) where given, else megatron-core.")] = None,
     compile: CompileOpt = None,
+    memory: MemoryOpt = None,
     framework: Annotated[str | None, typer.Option(
         help="Only layouts this framework can run: megatron, deepspeed or torchtitan (every version parplan "
              "exports for), or one version, e.g. torchtitan@0.2.2.")] = None,
@@ -148,6 +152,7 @@ def plan_command(
     from parplan.planner.search import OBJECTIVES, check_size, plan_or_raise
     from parplan.planner.workload import parse_expert_load
     from parplan.stacks import load_stack
+    from parplan.stacks.presets import with_memory
 
     if objective not in OBJECTIVES:
         raise typer.BadParameter(f"must be one of {', '.join(OBJECTIVES)}", param_hint="--objective")
@@ -164,7 +169,7 @@ def plan_command(
     workload = parse_expert_load(expert_load, model_spec)
     base = load_cluster(cluster)
     stack = _stack_name(stack, framework or emit)
-    stack_spec = load_stack(stack, compile=compile)
+    stack_spec = with_memory(load_stack(stack, compile=compile), memory or [])
     if space.precision == ("fp8",) and not base.gpu.supports_fp8:
         # Asked for fp8 only: say why instead of "no layout fits" (in a list, the fp8_supported rule drops it).
         raise ConfigError(f"{base.gpu.name} has no fp8 tensor cores; use --precision bf16", field="precision")
@@ -196,7 +201,8 @@ def plan_command(
     if not results:
         assert failure is not None
         raise failure
-    sources = {"model_source": model, "cluster_source": cluster, "stack_source": stack}
+    sources = {"model_source": model, "cluster_source": cluster, "stack_source": stack,
+               "memory_settings": list(memory or [])}
     launch = None
     if emit is not None:
         best = results[-1][1].plans[0]  # the largest size that fits

@@ -48,7 +48,14 @@ def validate(
         raise typer.BadParameter("a FILE argument goes with --serving; training runs are read with --data",
                                  param_hint="FILE")
     from parplan.planner.stack_fit import cross_validate as cross_validate_runs
-    from parplan.planner.validate import load_runs, rank_runs, summarize, validate_runs, with_compile
+    from parplan.planner.validate import (
+        UNKNOWN_KIND_COMPARED_AS,
+        load_runs,
+        rank_runs,
+        summarize,
+        validate_runs,
+        with_compile,
+    )
     from parplan.stacks import load_stack
 
     until = deadline(time_limit)
@@ -81,15 +88,20 @@ def validate(
                 "compile": r.estimate.compile if r.estimate else None,
                 "measured_tokens_per_s_per_gpu": r.run.tokens_per_s_per_gpu,
                 "predicted_tokens_per_s_per_gpu": r.predicted, "throughput_error": r.throughput_error,
-                "measured_memory_gib": r.run.peak_memory_gib, "predicted_memory_gib": r.predicted_memory_gib,
-                "memory_error": r.memory_error, "error": r.error,
+                "measured_memory_gib": r.run.peak_memory_gib, "measured_memory_kind": r.run.peak_memory_kind,
+                "memory_kind_compared": r.memory_kind, "memory_flag": r.memory_flag,
+                "predicted_memory_gib": r.predicted_memory_gib, "memory_error": r.memory_error,
+                "fits": r.fits, "required_gib": r.estimate.required_gib if r.estimate else None,
+                "capacity_gib": r.estimate.capacity_gib if r.estimate else None,
+                "memory_kinds_gib": r.estimate.memory_kinds() if r.estimate else None, "error": r.error,
                 "strategy": r.run.strategy.as_dict(r.run.gpus),
             } for r in results],
             "summary": {"by_tier": by_tier, "by_group": by_group},
         })
         return
-    table = Table(title="Published runs: predicted vs measured tokens/s/GPU", title_justify="left")
-    for col in ("run", "tier", "GPUs", "measured", "predicted", "error", "memory GiB (pred/meas)"):
+    table = Table(title="Published runs: predicted vs measured tokens/s/GPU (memory like with like; every run ran, "
+                        "so 'does not fit' marks a memory prediction that is too high)", title_justify="left")
+    for col in ("run", "tier", "GPUs", "measured", "predicted", "error", "memory GiB (pred/meas, kind)", "fits"):
         table.add_column(col, justify="left" if col in ("run", "tier") else "right")
     for r in results:
         if r.estimate is None:
@@ -98,19 +110,27 @@ def validate(
             continue
         err = r.throughput_error
         style = "green" if abs(err) <= 0.1 else ("yellow" if abs(err) <= 0.3 else "red")
-        mem = (f"{r.predicted_memory_gib:.1f}/{r.run.peak_memory_gib:.1f}"
-               if r.memory_error is not None else "")
+        mem = (f"{r.predicted_memory_gib:.1f}/{r.run.peak_memory_gib:.1f} {r.run.peak_memory_kind}"
+               + ("*" if r.memory_flag else "") if r.memory_error is not None else "")
+        fits = ("yes" if r.fits else
+                f"[red]DOES NOT FIT ({r.estimate.required_gib:.1f}/{r.estimate.capacity_gib:g})[/]")
         table.add_row(r.run.id, r.run.tier, str(r.run.gpus), f"{r.run.tokens_per_s_per_gpu:,.1f}",
-                      f"{r.predicted:,.1f}", f"[{style}]{err:+.1%}[/]", mem)
+                      f"{r.predicted:,.1f}", f"[{style}]{err:+.1%}[/]", mem, fits)
     console.print(table)
+    if any(r.memory_flag for r in results):
+        console.print(f"* the run does not say which memory it measured: compared as {UNKNOWN_KIND_COMPARED_AS}",
+                      highlight=False)
     for title, rows, key in (("By tier", by_tier, "tier"), ("By group", by_group, "group")):
-        summary = Table(title=f"{title}: absolute throughput error", title_justify="left")
-        for col in (key, "runs", "median", "p90", "mean", "max", "memory median"):
+        summary = Table(title=f"{title}: absolute throughput error; peak memory error like with like",
+                        title_justify="left")
+        for col in (key, "runs", "median", "p90", "mean", "max", "memory runs", "memory median", "memory p90",
+                    "not fitting"):
             summary.add_column(col, justify="left" if col == key else "right")
         for row in rows:
             summary.add_row(str(row[key]), str(row["runs"]), _pct(row["median_abs_error"]), _pct(row["p90_abs_error"]),
-                            _pct(row["mean_abs_error"]), _pct(row["max_abs_error"]),
-                            _pct(row["memory_median_abs_error"]))
+                            _pct(row["mean_abs_error"]), _pct(row["max_abs_error"]), str(row["memory_runs"]),
+                            _pct(row["memory_median_abs_error"]), _pct(row["memory_p90_abs_error"]),
+                            str(row["predicted_not_to_fit"]))
         console.print(summary)
 
 

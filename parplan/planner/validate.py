@@ -22,6 +22,7 @@ from parplan.errors import ConfigError, InvalidStrategyError, ParplanError
 from parplan.hardware import load_cluster
 from parplan.models.presets import load_model_file
 from parplan.models.spec import ModelSpec
+from parplan.planner.device import MEMORY_KINDS
 from parplan.planner.estimate import Estimate, evaluate
 from parplan.planner.search import SearchSpace, plan
 from parplan.planner.strategy import Strategy
@@ -34,6 +35,12 @@ _RUN_PRECISIONS = ("bf16", "fp16", "fp8")
 """A run's training precision; fp16 is costed as bf16 (same tensor-core rate on A100 and H100)."""
 _STRATEGY_KEYS = {f.name for f in fields(Strategy)} - _BATCH_KEYS | {"dp"}
 """What a run's `strategy` may hold: the layout fields, and dp (checked against the GPU count)."""
+PEAK_MEMORY_KINDS = (*MEMORY_KINDS, "unknown")
+"""What a measured peak is (`measured.peak_memory_kind`): allocated (torch.cuda.max_memory_allocated), reserved
+(torch.cuda.max_memory_reserved, torchtitan's logged memory), device (nvidia-smi), or unknown (the source does
+not say which: compared as reserved, the middle of the three, and flagged)."""
+UNKNOWN_KIND_COMPARED_AS = "reserved"
+_MEMORY_RANKS = ("peak", "last")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +58,8 @@ class PublishedRun:
     peak_memory_gib: float | None
     memory_rank: str
     """Which rank the measured memory is from: 'peak' (most loaded) or 'last' (last pipeline stage)."""
+    peak_memory_kind: str | None
+    """What the measured peak is (one of PEAK_MEMORY_KINDS); None without a measured peak."""
     unknown: tuple[str, ...]
     notes: str
     dropout: bool | None = None
@@ -91,13 +100,34 @@ class RunResult:
         return self.estimate.tokens_per_s_per_gpu / self.run.tokens_per_s_per_gpu - 1
 
     @property
+    def memory_kind(self) -> str | None:
+        """The memory kind the prediction is compared in: the measured one, or reserved for an unknown one."""
+        kind = self.run.peak_memory_kind
+        return UNKNOWN_KIND_COMPARED_AS if kind == "unknown" else kind
+
+    @property
+    def memory_flag(self) -> str | None:
+        """Why the memory comparison is less certain, or None."""
+        if self.run.peak_memory_kind == "unknown":
+            return f"the run does not say which memory it measured; compared as {UNKNOWN_KIND_COMPARED_AS}"
+        return None
+
+    @property
     def predicted_memory_gib(self) -> float | None:
+        """The predicted peak in the kind the run measured, on the rank it measured."""
         if self.estimate is None or self.run.peak_memory_gib is None:
             return None
+        kind = self.memory_kind
         if self.run.memory_rank == "last":
-            last = [st for st in self.estimate.stages if st["head"]]
-            return float(max(st["memory_total_gib"] for st in last))
-        return self.estimate.memory_gib
+            key = {"allocated": "memory_total_gib", "reserved": "memory_reserved_gib",
+                   "device": "memory_device_gib"}[kind]
+            return float(max(st[key] for st in self.estimate.stages if st["head"]))
+        return self.estimate.memory_kinds()[kind]
+
+    @property
+    def fits(self) -> bool | None:
+        """The predicted device memory is within the GPU's capacity (every run in a runs file ran)."""
+        return None if self.estimate is None else self.estimate.fits
 
     @property
     def memory_error(self) -> float | None:
@@ -114,6 +144,28 @@ def _field(entry: dict[str, Any], key: str, file: str, where: str, kind: type) -
     if value is None or isinstance(value, bool) is not (kind is bool) or not isinstance(value, numeric):
         raise ConfigError(f"expected {kind.__name__}, got {value!r}", file=file, field=f"{where}.{key}")
     return value
+
+
+def _measured_memory(measured: dict[str, Any], file: str, where: str) -> tuple[float | None, str | None, str]:
+    """(peak GiB, its kind, its rank) of a run's `measured` section: a peak needs its kind; a negative or
+    non-numeric peak, an unknown kind or rank are errors naming the field."""
+    peak = measured.get("peak_memory_gib")
+    memory_rank = measured.get("memory_rank", "peak")
+    if memory_rank not in _MEMORY_RANKS:
+        raise ConfigError(f"expected one of {', '.join(_MEMORY_RANKS)}, got {memory_rank!r}", file=file,
+                          field=f"{where}.memory_rank")
+    if peak is None:
+        return None, None, memory_rank
+    peak = float(_field(measured, "peak_memory_gib", file, where, float))
+    if not peak > 0:
+        raise ConfigError(f"a measured peak must be a positive number of GiB, got {peak:g}", file=file,
+                          field=f"{where}.peak_memory_gib")
+    kind = measured.get("peak_memory_kind")
+    if kind not in PEAK_MEMORY_KINDS:
+        got = "it is missing" if kind is None else f"got {kind!r}"
+        raise ConfigError(f"a measured peak needs its kind, one of {', '.join(PEAK_MEMORY_KINDS)}; {got}",
+                          file=file, field=f"{where}.peak_memory_kind")
+    return peak, kind, memory_rank
 
 
 def _local_ref(name: str, runs_file: Path, folder: str) -> str:
@@ -183,13 +235,14 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
                               f"{strategy.tp * strategy.pp * strategy.cp}) = {strategy.dp(gpus)}", file=file,
                               field=f"{rid}.strategy.dp")
         model_file = path.parent / "models" / str(_field(entry, "model", file, rid, str))
+        peak, kind, memory_rank = _measured_memory(measured, file, f"{rid}.measured")
         runs.append(PublishedRun(
             id=rid, group=str(entry.get("group", "")), tier=str(entry.get("tier", "")),
             source=str(entry.get("source", "")),
             cluster=_local_ref(_field(entry, "cluster", file, rid, str), path, "clusters"),
             gpus=gpus, model_file=model_file, strategy=strategy,
             tokens_per_s_per_gpu=float(_field(measured, "tokens_per_s_per_gpu", file, f"{rid}.measured", float)),
-            peak_memory_gib=measured.get("peak_memory_gib"), memory_rank=str(measured.get("memory_rank", "peak")),
+            peak_memory_gib=peak, memory_rank=memory_rank, peak_memory_kind=kind,
             unknown=tuple(entry.get("unknown") or ()), notes=str(entry.get("notes", "")), dropout=dropout,
             stack=stack, compile=compiled,
         ))
@@ -273,15 +326,19 @@ def rank_runs(results: list[RunResult], deadline: float | None = None,
 
 
 def summarize(results: list[RunResult], key: str = "group") -> list[dict[str, Any]]:
-    """Median, 90th percentile and mean absolute throughput error per group (or tier), and overall."""
+    """Median, 90th percentile and mean absolute throughput error per group (or tier), and overall; the same
+    for peak memory (like with like), and how many runs are predicted not to fit."""
     buckets: dict[str, list[float]] = {}
     mem: dict[str, list[float]] = {}
+    misfits: dict[str, int] = {}
     for r in results:
         label = getattr(r.run, key)
         if r.throughput_error is not None:
             buckets.setdefault(label, []).append(abs(r.throughput_error))
         if r.memory_error is not None:
             mem.setdefault(label, []).append(abs(r.memory_error))
+        if r.fits is False:
+            misfits[label] = misfits.get(label, 0) + 1
     rows = []
     for label in [*sorted(buckets), "all"]:
         errs = [e for v in buckets.values() for e in v] if label == "all" else buckets[label]
@@ -295,5 +352,7 @@ def summarize(results: list[RunResult], key: str = "group") -> list[dict[str, An
             "max_abs_error": float(np.max(errs)) if errs else None,
             "memory_runs": len(mems),
             "memory_median_abs_error": float(np.median(mems)) if mems else None,
+            "memory_p90_abs_error": float(np.percentile(mems, 90)) if mems else None,
+            "predicted_not_to_fit": sum(misfits.values()) if label == "all" else misfits.get(label, 0),
         })
     return rows
