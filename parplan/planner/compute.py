@@ -187,6 +187,15 @@ def gemm_work(ctx: Ctx, kind: LayerKind, keep: Callable[[Linear], float] = lambd
     return GemmWork(*(zero + x for x in (fwd, bwd, wgrad, flops, fp8_inputs, weights)))
 
 
+DETERMINISTIC_FLASH_BACKWARD = 361.3 / 574.7
+"""Throughput of a flash-attention backward that accumulates dQ in a fixed order (each key block waits its turn
+on a semaphore instead of adding atomically), relative to the atomic one: FlashAttention-3 on H100, head dim
+128, causal, 8k tokens, 574.7 TFLOP/s non-deterministic against 361.3 with the ordered accumulation
+(Dao-AILab/flash-attention PR #1893 benchmark, 'naive det'; its later SPT schedule reaches 474.0). Deterministic
+mode (StackSpec.kernels.deterministic) runs it: NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 in Transformer Engine,
+flash-attn's deterministic=True. The unfused attention has no atomics and is unchanged."""
+
+
 def _attention(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds of the attention core (QKᵀ, softmax, P·V) of one layer, averaged over
     full and sliding layers."""
@@ -208,6 +217,8 @@ def _attention(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
         if sliding and a.sliding_window:
             block = np.minimum(block, a.sliding_window)
         flash_f, flash_b = flash_attention_time(gpu, f_flops, block, peak, ctx.stack.kernels.attention)
+        if ctx.stack.kernels.deterministic:
+            flash_b = flash_b / DETERMINISTIC_FLASH_BACKWARD
         # Unfused: the full s×s scores per head, batched GEMMs (bmm) plus a memory-bound softmax.
         count = ctx.b * heads
         s_q = ctx.s / ctx.c
