@@ -254,9 +254,11 @@ def test_every_shipped_run_evaluates(shipped):
 
 def test_all_runs_tier_a_median_error_target(shipped):
     """Issue #12 target: over all shipped runs with their stacks, tier-A median |error| <= 10% (7.6% when the
-    stacks landed; the p90 target of 25% is not met: 31%)."""
+    stacks landed). The p90 target of 25% is not met: 31.3% when the stacks landed, 26.1% since Megatron's CI
+    tests are costed in their deterministic mode; the guard keeps that gain."""
     errs = [abs(r.throughput_error) for r in shipped if r.run.tier == "A"]
     assert np.median(errs) <= 0.10
+    assert np.percentile(errs, 90) <= 0.27
 
 
 @pytest.mark.parametrize("group", ["bloom_search", "fms_fsdp", "maxtext_gpu", "nanotron_playbook",
