@@ -5,7 +5,8 @@ A stack file has the preset schema (see parplan/data/stacks/megatron-core.yaml):
     name: my-stack
     base: torchtitan          # optional: start from a preset and override what differs
     description: "..."
-    kernels: {fused_ops, attention, compile_scope, compile, cuda_graphs, host_us_per_kernel, compute_scale}
+    kernels: {fused_ops, attention, compile_scope, compile, cuda_graphs, deterministic, host_us_per_kernel,
+              compute_scale}
     communication: {grad_reduce_bytes, reshard_after_forward, reshard_under_pp, zero3_bucket_params, tp_style,
                     zero3_overlaps_tp}
     recompute: {none: none, selective: op_sac, full: full}    # name -> what it recomputes

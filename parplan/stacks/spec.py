@@ -74,6 +74,12 @@ class Kernels:
     fuse their element-wise ops into the neighbouring kernels."""
     cuda_graphs: bool
     """Kernels are replayed from captured CUDA graphs: the host launches a graph, not each kernel."""
+    deterministic: bool
+    """The stack runs in deterministic mode: PyTorch's torch.use_deterministic_algorithms(True) fills every newly
+    allocated tensor before the op writes it (torch.utils.deterministic.fill_uninitialized_memory, on by
+    default in that mode: one more HBM write of each tensor a layer allocates, in its own kernel), and the
+    flash-attention backward accumulates dQ in a fixed order instead of atomically
+    (compute.DETERMINISTIC_FLASH_BACKWARD)."""
     host_us_per_kernel: float
     """CPU time to dispatch one kernel from eager Python, microseconds (PyTorch op dispatch plus the
     launch); the GPU starves when its work per kernel is shorter. A calibrated knob."""
