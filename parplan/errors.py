@@ -22,6 +22,8 @@ class ConfigError(ParplanError):
     def __init__(self, message: str, *, file: str | None = None, field: str | None = None) -> None:
         self.file = file
         self.field = field
+        self.rule = message
+        """The message without the file and field it is about."""
         where = ""
         if file:
             where = f"{file}: "

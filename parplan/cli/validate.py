@@ -42,7 +42,7 @@ def validate(
                 "measured_tokens_per_s_per_gpu": r.run.tokens_per_s_per_gpu,
                 "predicted_tokens_per_s_per_gpu": r.predicted, "throughput_error": r.throughput_error,
                 "measured_memory_gib": r.run.peak_memory_gib, "predicted_memory_gib": r.predicted_memory_gib,
-                "memory_error": r.memory_error, "error": r.error,
+                "memory_error": r.memory_error,
                 "strategy": r.run.strategy.as_dict(r.run.gpus),
             } for r in results],
             "summary": {"by_tier": by_tier, "by_group": by_group},
@@ -52,10 +52,6 @@ def validate(
     for col in ("run", "tier", "GPUs", "measured", "predicted", "error", "memory GiB (pred/meas)"):
         table.add_column(col, justify="left" if col in ("run", "tier") else "right")
     for r in results:
-        if r.estimate is None:
-            table.add_row(r.run.id, r.run.tier, str(r.run.gpus), f"{r.run.tokens_per_s_per_gpu:,.1f}", "-",
-                          f"[red]{r.error}[/]", "")
-            continue
         err = r.throughput_error
         style = "green" if abs(err) <= 0.1 else ("yellow" if abs(err) <= 0.3 else "red")
         mem = (f"{r.predicted_memory_gib:.1f}/{r.run.peak_memory_gib:.1f}"

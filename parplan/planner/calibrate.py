@@ -44,7 +44,7 @@ class CalibrationResult:
 
 def _errors(runs: list[PublishedRun], models: list, cluster: ClusterSpec, cal: Calibration) -> np.ndarray:
     tuned = dataclasses.replace(cluster, calibration=cal)
-    return np.array([RunResult(run, evaluate(model, tuned.with_gpus(run.gpus), run.strategy), None).throughput_error
+    return np.array([RunResult(run, evaluate(model, tuned.with_gpus(run.gpus), run.strategy)).throughput_error
                      for run, model in zip(runs, models, strict=True)])
 
 

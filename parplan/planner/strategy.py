@@ -102,6 +102,13 @@ class Strategy:
     def __post_init__(self) -> None:
         for name, options in _CATEGORIES.items():
             _code(options, getattr(self, name), name)  # an unknown name fails here, not at first use
+        # Counts below their least value fail here rather than as a division by zero in dp(); the search
+        # meets the same bounds as the vectorised "positive" and "zero_stage" rules.
+        for name, least in _LEAST.items():
+            if getattr(self, name) < least:
+                raise InvalidStrategyError(f"{name} must be >= {least}, got {getattr(self, name)}")
+        if self.zero > 3:
+            raise InvalidStrategyError(f"zero must be 0, 1, 2 or 3, got {self.zero}")
         if self.tp == 1:
             # Megatron silently turns SP off at tp=1 (ecosystem.md A2), and TP overlap has nothing to overlap;
             # normalise so equal layouts compare equal.
@@ -149,6 +156,10 @@ class Strategy:
             if not bool(rule.ok(lay, model, cluster)[0]):
                 raise InvalidStrategyError(rule.message(self, model, cluster))
 
+
+_LEAST = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "vpp": 1, "mbs": 1, "gbs": 1, "seq": 1, "zero": 0,
+          "redundant_experts": 0}
+"""Least value of each count of a Strategy."""
 
 _CATEGORIES: dict[str, tuple[str, ...]] = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "precision": PRECISIONS,
                                            "dispatch": DISPATCHERS}

@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 
 from parplan._input import read_yaml
-from parplan._mapping import dataclass_from_mapping
+from parplan._mapping import Fields, dataclass_from_mapping, shown
 from parplan._resources import data_dir
-from parplan.errors import ConfigError, InvalidStrategyError, ParplanError
+from parplan.errors import ConfigError, ParplanError
 from parplan.hardware import load_cluster
-from parplan.models.presets import load_model_file
+from parplan.hardware.spec import MAX_GPUS
+from parplan.models.presets import load_model
 from parplan.models.spec import ModelSpec
 from parplan.planner.estimate import Estimate, evaluate
 from parplan.planner.search import SearchSpace, plan
@@ -40,7 +41,8 @@ class PublishedRun:
     source: str
     cluster: str
     gpus: int
-    model_file: Path
+    base_model: ModelSpec
+    """The model as its file or preset describes it (see `model` for the run's own settings)."""
     strategy: Strategy
     tokens_per_s_per_gpu: float
     """Measured throughput."""
@@ -49,37 +51,34 @@ class PublishedRun:
     """Which rank the measured memory is from: 'peak' (most loaded) or 'last' (last pipeline stage)."""
     unknown: tuple[str, ...]
     notes: str
+    file: str
+    """The runs file the run was read from."""
     dropout: bool | None = None
     """The run's dropout setting where the model file does not carry it: a training flag (Megatron-LM
     --attention-dropout/--hidden-dropout, default 0.1), not an architecture fact. None: the model file's."""
 
     def model(self) -> ModelSpec:
-        """The run's model: its model file, with the run's own training settings applied."""
-        spec = load_model_file(self.model_file)
-        return spec if self.dropout is None else replace(spec, dropout=self.dropout)
+        """The run's model: its model file or preset, with the run's own training settings applied."""
+        return self.base_model if self.dropout is None else replace(self.base_model, dropout=self.dropout)
 
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
     run: PublishedRun
-    estimate: Estimate | None
-    error: str | None
-    """Why the run could not be evaluated (an invalid layout names its rule)."""
+    estimate: Estimate
 
     @property
-    def predicted(self) -> float | None:
-        return self.estimate.tokens_per_s_per_gpu if self.estimate else None
+    def predicted(self) -> float:
+        return self.estimate.tokens_per_s_per_gpu
 
     @property
-    def throughput_error(self) -> float | None:
+    def throughput_error(self) -> float:
         """(predicted − measured) / measured."""
-        if self.estimate is None:
-            return None
         return self.estimate.tokens_per_s_per_gpu / self.run.tokens_per_s_per_gpu - 1
 
     @property
     def predicted_memory_gib(self) -> float | None:
-        if self.estimate is None or self.run.peak_memory_gib is None:
+        if self.run.peak_memory_gib is None:
             return None
         if self.run.memory_rank == "last":
             last = [st for st in self.estimate.stages if st["head"]]
@@ -94,85 +93,88 @@ class RunResult:
         return pred / self.run.peak_memory_gib - 1
 
 
-def _field(entry: dict[str, Any], key: str, file: str, where: str, kind: type) -> Any:
-    """entry[key] of type `kind` (an int or float is never a bool); errors name the field as `where.key`."""
-    value = entry.get(key)
-    numeric = (int, float) if kind is float else kind
-    if value is None or isinstance(value, bool) is not (kind is bool) or not isinstance(value, numeric):
-        raise ConfigError(f"expected {kind.__name__}, got {value!r}", file=file, field=f"{where}.{key}")
-    return value
-
-
 def _cluster_ref(name: str, runs_file: Path) -> str:
     """A preset name, or a cluster file under clusters/ beside the runs file (a run's own network)."""
     local = runs_file.parent / "clusters" / f"{name}.yaml"
     return str(local) if local.is_file() else name
 
 
+def _model_ref(name: str, runs_file: Path) -> str:
+    """A model file under models/ beside the runs file, a path (relative to the runs file or absolute), or
+    else a preset name, as --model takes."""
+    for candidate in (runs_file.parent / "models" / name, runs_file.parent / name, Path(name).expanduser()):
+        if candidate.exists():
+            return str(candidate)
+    return name
+
+
+_RUN_KEYS = {"id", "group", "tier", "source", "cluster", "gpus", "gpus_per_node", "model", "strategy", "batch",
+             "precision", "measured", "derived_how", "unknown", "notes", "dropout"}
+"""What a run entry may hold; gpus_per_node, derived_how and notes document the run and are not read."""
+
+
 def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
-    """Read a runs file (the shipped published runs by default); model files resolve beside it."""
+    """Read a runs file (the shipped published runs by default); model files resolve beside it, else as
+    presets. A run whose model or cluster cannot be read is a ConfigError naming the run and the field."""
     path = Path(path) if path is not None else data_dir("runs") / "published_runs.yaml"
     data = read_yaml(path)
-    if not isinstance(data, list):
-        raise ConfigError("expected a list of runs", file=str(path))
-    runs = []
     file = str(path)
+    if not isinstance(data, list):
+        raise ConfigError("expected a list of runs", file=file)
+    runs = []
     for n, entry in enumerate(data):
-        if not isinstance(entry, dict):
-            raise ConfigError(f"entry {n} is not a mapping", file=file)
-        rid = str(entry.get("id", f"#{n}"))
-        strat = _field(entry, "strategy", file, rid, dict)
-        batch = _field(entry, "batch", file, rid, dict)
-        measured = _field(entry, "measured", file, rid, dict)
-        misplaced = set(strat) & _BATCH_KEYS
+        rid = entry.get("id") if isinstance(entry, dict) else None
+        rid = rid if isinstance(rid, str) and rid else f"#{n}"
+        f = Fields(entry, file, rid).allow(_RUN_KEYS)
+        strat = f.mapping("strategy").allow(_STRATEGY_KEYS | _BATCH_KEYS)
+        misplaced = set(strat.data) & _BATCH_KEYS
         if misplaced:
-            raise ConfigError(f"{', '.join(sorted(misplaced))} belong(s) under batch or precision", file=file,
-                              field=f"{rid}.strategy")
-        unknown_keys = set(strat) - _STRATEGY_KEYS
-        if unknown_keys:
-            raise ConfigError(f"unknown field; allowed: {', '.join(sorted(_STRATEGY_KEYS))}", file=file,
-                              field=f"{rid}.strategy.{sorted(unknown_keys)[0]}")
-        precision = _field(entry, "precision", file, rid, str) if "precision" in entry else "bf16"
-        if precision not in _RUN_PRECISIONS:
-            raise ConfigError(f"expected one of {', '.join(_RUN_PRECISIONS)}, got {precision!r}", file=file,
-                              field=f"{rid}.precision")
-        dropout = entry.get("dropout")
-        if dropout is not None:
-            dropout = _field(entry, "dropout", file, rid, bool)
-        gpus = _field(entry, "gpus", file, rid, int)
-        layout = {k: v for k, v in strat.items() if k != "dp"}
-        layout.update(gbs=_field(batch, "gbs", file, f"{rid}.batch", int),
-                      seq=_field(batch, "seq", file, f"{rid}.batch", int),
+            raise strat.error(None, f"{', '.join(sorted(misplaced))} belong(s) under batch or precision")
+        batch = f.mapping("batch").allow({"gbs", "seq"})
+        measured = f.mapping("measured").allow({"tokens_per_s_per_gpu", "step_time_s", "peak_memory_gib",
+                                                "memory_rank"})
+        precision = f.str("precision", "bf16", choices=_RUN_PRECISIONS)
+        gpus = f.int("gpus", min=1, max=MAX_GPUS)
+        layout = {k: v for k, v in strat.data.items() if k != "dp"}
+        layout.update(gbs=batch.int("gbs", min=1), seq=batch.int("seq", min=1),
                       precision="fp8" if precision == "fp8" else "bf16")
+        strategy = dataclass_from_mapping(Strategy, layout, file, strat.section)
+        if strat.has("dp") and strat.int("dp") != strategy.dp(gpus):
+            raise strat.error("dp", f"dp={strat.data['dp']}, but {gpus} GPUs / (tp·pp·cp = "
+                                    f"{strategy.tp * strategy.pp * strategy.cp}) = {strategy.dp(gpus)}")
+        model_ref = _model_ref(f.str("model"), path)
+        cluster = _cluster_ref(f.str("cluster"), path)
         try:
-            strategy = dataclass_from_mapping(Strategy, layout, file, f"{rid}.strategy")
-        except InvalidStrategyError as e:  # a recompute, schedule, precision or dispatch it does not know
-            raise ConfigError(str(e), file=file, field=f"{rid}.strategy") from None
-        if "dp" in strat and (_field(strat, "dp", file, f"{rid}.strategy", int) != strategy.dp(gpus)):
-            raise ConfigError(f"dp={strat['dp']}, but {gpus} GPUs / (tp·pp·cp = "
-                              f"{strategy.tp * strategy.pp * strategy.cp}) = {strategy.dp(gpus)}", file=file,
-                              field=f"{rid}.strategy.dp")
-        model_file = path.parent / "models" / str(_field(entry, "model", file, rid, str))
+            model = load_model(model_ref)
+        except ParplanError as e:
+            raise f.error("model", f"cannot read the model: {e}") from None
+        try:
+            load_cluster(cluster, gpus=gpus)
+        except ParplanError as e:
+            raise f.error("cluster", f"cannot read the cluster: {e}") from None
+        for i, item in enumerate(f.list("unknown", [])):
+            if not isinstance(item, str):
+                raise f.error(f"unknown[{i}]", f"expected a field name, got {shown(item)}")
         runs.append(PublishedRun(
-            id=rid, group=str(entry.get("group", "")), tier=str(entry.get("tier", "")),
-            source=str(entry.get("source", "")), cluster=_cluster_ref(_field(entry, "cluster", file, rid, str), path),
-            gpus=gpus, model_file=model_file, strategy=strategy,
-            tokens_per_s_per_gpu=float(_field(measured, "tokens_per_s_per_gpu", file, f"{rid}.measured", float)),
-            peak_memory_gib=measured.get("peak_memory_gib"), memory_rank=str(measured.get("memory_rank", "peak")),
-            unknown=tuple(entry.get("unknown") or ()), notes=str(entry.get("notes", "")), dropout=dropout,
+            id=rid, group=f.str("group", ""), tier=f.str("tier", ""), source=f.str("source", ""), file=file,
+            cluster=cluster, gpus=gpus, base_model=model, strategy=strategy,
+            tokens_per_s_per_gpu=measured.float("tokens_per_s_per_gpu", above=0),
+            peak_memory_gib=measured.float("peak_memory_gib", None, above=0),
+            memory_rank=measured.str("memory_rank", "peak", choices=("peak", "last")),
+            unknown=tuple(f.list("unknown", [])), notes=f.str("notes", ""), dropout=f.bool("dropout", None),
         ))
     return runs
 
 
 def validate_runs(runs: list[PublishedRun]) -> list[RunResult]:
+    """Each run's prediction; a run that cannot be evaluated (a layout that breaks a rule) is a ConfigError
+    naming its file and id, never a silent gap in the report."""
     out = []
     for run in runs:
         try:
-            model = run.model()
-            cluster = load_cluster(run.cluster, gpus=run.gpus)
-            out.append(RunResult(run, evaluate(model, cluster, run.strategy), None))
+            out.append(RunResult(run, evaluate(run.model(), load_cluster(run.cluster, gpus=run.gpus), run.strategy)))
         except ParplanError as e:
-            out.append(RunResult(run, None, str(e)))
+            raise ConfigError(f"the run cannot be evaluated: {e}", file=run.file, field=run.id) from None
     return out
 
 
@@ -191,10 +193,9 @@ class RankResult:
     @property
     def gap(self) -> float | None:
         """Predicted throughput of the planner's best over the published layout's, minus 1."""
-        est = self.result.estimate
-        if est is None or self.best is None:
+        if self.best is None:
             return None
-        return self.best.tokens_per_s_per_gpu / est.tokens_per_s_per_gpu - 1
+        return self.best.tokens_per_s_per_gpu / self.result.estimate.tokens_per_s_per_gpu - 1
 
 
 def rank_runs(results: list[RunResult]) -> list[RankResult]:
@@ -203,8 +204,6 @@ def rank_runs(results: list[RunResult]) -> list[RankResult]:
     out = []
     for r in results:
         est = r.estimate
-        if est is None:
-            continue
         s = r.run.strategy
         model = r.run.model()
         cluster = load_cluster(r.run.cluster, gpus=r.run.gpus)
@@ -228,8 +227,7 @@ def summarize(results: list[RunResult], key: str = "group") -> list[dict[str, An
     mem: dict[str, list[float]] = {}
     for r in results:
         label = getattr(r.run, key)
-        if r.throughput_error is not None:
-            buckets.setdefault(label, []).append(abs(r.throughput_error))
+        buckets.setdefault(label, []).append(abs(r.throughput_error))
         if r.memory_error is not None:
             mem.setdefault(label, []).append(abs(r.memory_error))
     rows = []
