@@ -1,18 +1,24 @@
 """The `parplan` command line (typer + rich).
 
 Exit codes: 0 ok, 1 error in the input, 2 usage error, 3 no feasible plan. Errors are one message on
-stderr, never a traceback (set PARPLAN_DEBUG=1 to see one).
+stderr, never a traceback (set PARPLAN_DEBUG=1 to see one). With --json, stdout carries exactly one JSON
+document when the command succeeds and nothing when it fails; everything else goes to stderr
+(`_output.json_mode`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Any
 
 import typer
+import typer.main
 from rich.markup import escape
 
-from parplan.cli import bench, hardware, models
+from parplan.cli import _output, bench, hardware, models
 from parplan.cli._output import err_console
 from parplan.cli.calibrate import calibrate_command
 from parplan.cli.explain import explain
@@ -29,6 +35,24 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            number = version("parplan")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            number = "unknown"
+        _output.console.print(f"parplan {number}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
+    """Plan how to split an LLM training run over a GPU cluster."""
+
+
 app.add_typer(models.app, name="models")
 app.add_typer(hardware.app, name="hardware")
 app.command("plan")(plan_command)
@@ -40,11 +64,65 @@ app.command("calibrate")(calibrate_command)
 app.add_typer(bench.app, name="bench")
 hardware.app.command("import-nccl-tests")(bench.import_nccl_tests)
 
+_TYPE_NAMES = {"int": "INTEGER", "float": "NUMBER", "str": "TEXT", "Path": "PATH"}
+"""How help shows an option's value: as users write it (typer's own '<int range>', '<bool>' read oddly)."""
+
+
+def _label(param: Any) -> str | None:
+    """The value an option takes, as help shows it: its metavar, else its type's name; none for a flag."""
+    if getattr(param, "is_flag", False):
+        return None
+    if param.metavar:
+        return param.metavar
+    name = _TYPE_NAMES.get(getattr(param.type_descriptor.annotation, "__name__", ""), "VALUE")
+    return name + ("..." if param.nargs != 1 else "")
+
+
+def _range(param: Any) -> str:
+    """An option's range as help shows it: '0..3', or '>=1' when the bound is only there to refuse the
+    absurd."""
+    low, high = getattr(param, "min", None), getattr(param, "max", None)
+    if low is None and high is None:
+        return ""
+    if high is None or high >= 2**16:
+        return f">={low}"
+    return f"{low}..{high}" if low is not None else f"<={high}"
+
+
+@lru_cache(maxsize=1)
+def command() -> Any:
+    """The click command tree of `app`, its help set once: plain text that fits 80 columns and a pipe,
+    values named as users write them."""
+    root = typer.main.get_command(app)
+    todo = [root]
+    while todo:
+        cmd = todo.pop()
+        todo += list(getattr(cmd, "commands", {}).values())
+        cmd.rich_markup_mode = None
+        for param in cmd.params:
+            label, limits = _label(param), _range(param)
+            param.display_type = param.display_type_rich = lambda ctx, label=label: label
+            param._get_number_range_help_str = lambda limits=limits: limits
+    return root
+
+
+def _json_requested(args: list[str]) -> bool:
+    return "--json" in (args[:args.index("--")] if "--" in args else args)
+
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    with _output.json_mode(_json_requested(args)) as document:
+        code = _run(args)
+        if code == 0:
+            document.release()
+    return code
+
+
+def _run(args: list[str]) -> int:
     try:
-        app(args=argv, standalone_mode=False)
+        command().main(args=args, prog_name="parplan", standalone_mode=False)
     except ParplanError as e:
         err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return e.exit_code

@@ -13,12 +13,14 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from parplan._input import read_text
-from parplan.cli._options import JsonOpt
+from parplan._input import check_output, read_text
+from parplan.cli._options import JsonOpt, int_spec
 from parplan.cli._output import console, err_console, print_json
+from parplan.errors import ConfigError
 from parplan.hardware import load_cluster
 from parplan.hardware.samples import ProfileSamples
-from parplan.planner.api import parse_doubling_spec, parse_int_spec
+from parplan.hardware.spec import MAX_GPUS
+from parplan.planner.api import SPEC_VALUES, parse_doubling_spec, parse_int_spec
 
 app = typer.Typer(help="Measure this machine (torch): GEMMs, attention, memory, collectives.",
                   no_args_is_help=True)
@@ -45,7 +47,23 @@ def _samples(kind: str, items: list, env: dict[str, Any]) -> ProfileSamples:
                           nccl_version=env.get("nccl_version"), **{kind: tuple(items)})
 
 
+def _check_out(out: Path | None, env: dict[str, Any] | None = None) -> None:
+    """Refuse --out before measuring: a CPU run (its numbers cannot stand for a GPU's, so nothing would be
+    fitted or written), a path that cannot be written, or an existing file that is not a readable profile."""
+    if out is None:
+        return
+    if env is not None and env["device"] == "cpu":
+        raise ConfigError("a CPU run is not fitted into a GPU profile, so nothing would be written: run on a GPU "
+                          "or drop --out", file=str(out))
+    check_output(out)
+    if out.exists():
+        from parplan.hardware.profile import read_profile
+
+        read_profile(out)
+
+
 def _save(out: Path | None, base: str, profile: ProfileSamples) -> dict[str, Any] | None:
+    """Add the samples to the profile at `out` (checked by `_check_out`), refit it, and say what it sets."""
     if out is None:
         return None
     from parplan.hardware.profile import write_profile
@@ -56,24 +74,40 @@ def _save(out: Path | None, base: str, profile: ProfileSamples) -> dict[str, Any
     return cluster.measured
 
 
+MAX_MESSAGE = 1 << 34
+"""Largest collective message the bench sends, bytes (16 GiB: beyond any GPU's share of a real sweep)."""
+
+
 def _sizes(text: str) -> list[int]:
-    """'1K..1G' (powers of two) or a list '4096,65536'; K/M/G = 2^10/2^20/2^30 as in nccl-tests."""
+    """'1K..1G' (powers of two) or a list '4096,65536'; K/M/G = 2^10/2^20/2^30 as in nccl-tests. A malformed
+    size, or one outside 1..16G, is a usage error."""
     def parse(token: str) -> int:
         token = token.strip().upper()
         scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(token[-1:], 1)
-        return int(float(token.rstrip("KMG")) * scale)
+        size = float(token.rstrip("KMG")) * scale
+        if not 1 <= size <= MAX_MESSAGE:
+            raise ValueError(token)
+        return int(size)
 
-    return parse_doubling_spec(text, parse)
+    try:
+        sizes = parse_doubling_spec(text, parse)
+    except ValueError:
+        raise typer.BadParameter("expected sizes such as 1K..1G or 4096,65536, each in 1..16G",
+                                 param_hint="--sizes") from None
+    if not sizes:
+        raise typer.BadParameter("no size in the range", param_hint="--sizes")
+    return sizes
 
 
 @app.command("gemm")
 def bench_gemm(
     cluster: ClusterBase = "h100",
     model: Annotated[str, typer.Option(help="Time this model's per-layer GEMM shapes.")] = "llama3.1-8b",
-    tp: Annotated[int, typer.Option(min=1, help="Tensor parallelism the shapes are split by.")] = 1,
-    tokens: Annotated[str, typer.Option(help="Micro-batch token counts (list).")] = "2048,4096,8192",
+    tp: Annotated[int, typer.Option(min=1, max=SPEC_VALUES, help="Tensor parallelism the shapes are split by.")] = 1,
+    tokens: Annotated[str, typer.Option(metavar="LIST", callback=int_spec(1, 2**20),
+                                        help="Micro-batch token counts (list).")] = "2048,4096,8192",
     dtype: Annotated[str, typer.Option(help="bf16, fp16, fp8, tf32 (list).")] = "bf16",
-    repeats: Annotated[int, typer.Option(min=1)] = 20,
+    repeats: Annotated[int, typer.Option(min=1, max=10_000, help="Timed runs per shape.")] = 20,
     device: DeviceOpt = None,
     out: OutOpt = None,
     json_out: JsonOpt = False,
@@ -87,6 +121,7 @@ def bench_gemm(
     dtypes = [d.strip() for d in dtype.split(",")]
     shapes = default_gemm_shapes(load_model(model), tp, list(parse_int_spec(tokens, "tokens") or ()))
     env = environment(device)
+    _check_out(out, env)
     on_cpu = env["device"] == "cpu"
     if on_cpu:
         # A CPU cannot stand in for the GPU curve: keep a few small shapes so the run stays short.
@@ -96,9 +131,7 @@ def bench_gemm(
     rows = [{"m": s.m, "n": s.n, "k": s.k, "dtype": s.dtype, "time_us": s.time_us, "tflops": s.tflops,
              "efficiency": None if on_cpu or s.dtype not in spec.gpu.peak_tflops
              else s.tflops / spec.gpu.peak_tflops[s.dtype]} for s in samples]
-    measured = _save(out, cluster, _samples("gemm", samples, env)) if not on_cpu else None
-    if out is not None and on_cpu:
-        err_console.print("CPU run: samples shown, not fitted into a GPU profile", highlight=False)
+    measured = _save(out, cluster, _samples("gemm", samples, env))
     if json_out:
         print_json({"device": env["device"], "samples": rows, "measured": measured})
         return
@@ -115,10 +148,11 @@ def bench_gemm(
 @app.command("attention")
 def bench_attention(
     cluster: ClusterBase = "h100",
-    seq: Annotated[str, typer.Option(help="Sequence lengths (list).")] = "1024,2048,4096,8192",
-    heads: Annotated[int, typer.Option(min=1)] = 32,
-    head_dim: Annotated[int, typer.Option(min=1)] = 128,
-    batch: Annotated[int, typer.Option(min=1)] = 1,
+    seq: Annotated[str, typer.Option(metavar="LIST", callback=int_spec(1, 2**20),
+                                     help="Sequence lengths (list).")] = "1024,2048,4096,8192",
+    heads: Annotated[int, typer.Option(min=1, max=1024, help="Attention heads.")] = 32,
+    head_dim: Annotated[int, typer.Option(min=1, max=1024, help="Per-head dimension.")] = 128,
+    batch: Annotated[int, typer.Option(min=1, max=1024, help="Sequences.")] = 1,
     device: DeviceOpt = None,
     out: OutOpt = None,
     json_out: JsonOpt = False,
@@ -129,14 +163,16 @@ def bench_attention(
     from parplan.hardware.efficiency import FLASH_BACKWARD_FLOPS
     from parplan.hardware.fit import attention_flops
 
+    load_cluster(cluster)
     env = environment(device)
+    _check_out(out, env)
     lengths = list(parse_int_spec(seq, "seq") or ())
     if env["device"] == "cpu":
         lengths = [s for s in lengths if s <= 1024] or [256]
         heads = min(heads, 4)
     samples = _sweep(lengths, lambda s: run_attention([(batch, heads, s, head_dim)], device=device), "sequences",
                      json_out)
-    measured = _save(out, cluster, _samples("attention", samples, env)) if env["device"] != "cpu" else None
+    measured = _save(out, cluster, _samples("attention", samples, env))
     rows = [{"seq": s.seq, "fwd_us": s.fwd_us, "bwd_us": s.bwd_us,
              "fwd_tflops": attention_flops(s) / s.fwd_us / 1e6,
              "bwd_tflops": FLASH_BACKWARD_FLOPS * attention_flops(s) / s.bwd_us / 1e6}
@@ -164,10 +200,11 @@ def bench_memory(
     from parplan.hardware.bench import environment
     from parplan.hardware.bench.memory import run_memory
 
-    env = environment(device)
-    samples = run_memory(device=device) if env["device"] != "cpu" else run_memory([1 << 20, 1 << 24], device=device)
-    measured = _save(out, cluster, _samples("memory", samples, env)) if env["device"] != "cpu" else None
     peak = load_cluster(cluster).gpu.hbm_tbps * 1e3
+    env = environment(device)
+    _check_out(out, env)
+    samples = run_memory(device=device) if env["device"] != "cpu" else run_memory([1 << 20, 1 << 24], device=device)
+    measured = _save(out, cluster, _samples("memory", samples, env))
     rows = [{"size_bytes": s.size_bytes, "time_us": s.time_us, "gbps": s.gbps,
              "of_datasheet": None if env["device"] == "cpu" else s.gbps / peak} for s in samples]
     if json_out:
@@ -205,7 +242,8 @@ def bench_comm(
                                                   "send_recv (list).")] = "all_reduce,all_gather",
     sizes: Annotated[str | None, typer.Option(help="1K..1G or a list (default 1K..1G on GPUs, 1K..512K on CPU).")]
     = None,
-    nproc: Annotated[int | None, typer.Option(min=2, help="Processes on this node (default: GPUs, or 2 on CPU).")]
+    nproc: Annotated[int | None, typer.Option(min=2, max=1024,
+                                              help="Processes on this node (default: GPUs, or 2 on CPU).")]
     = None,
     backend: Annotated[str | None, typer.Option(help="nccl or gloo (default: nccl with GPUs).")] = None,
     out: OutOpt = None,
@@ -217,9 +255,12 @@ def bench_comm(
     from parplan.hardware.bench.comm import run_comm
 
     names = [c.strip() for c in collectives.split(",")]
-    samples = run_comm(names, _sizes(sizes) if sizes else None, nproc_per_node=nproc, backend=backend)
+    message_sizes = _sizes(sizes) if sizes else None
+    load_cluster(cluster)
     env = environment()
-    measured = _save(out, cluster, _samples("collectives", samples, env)) if env["device"] != "cpu" else None
+    _check_out(out, env)
+    samples = run_comm(names, message_sizes, nproc_per_node=nproc, backend=backend)
+    measured = _save(out, cluster, _samples("collectives", samples, env))
     if json_out:
         print_json({"device": env["device"], "samples": _collective_rows(samples), "measured": measured})
         return
@@ -230,8 +271,9 @@ def import_nccl_tests(
     logs: Annotated[list[Path], typer.Argument(help="nccl-tests output files.")],
     cluster: ClusterBase = "h100",
     collective: Annotated[str | None, typer.Option(help="When the log does not name it (all_reduce, ...).")] = None,
-    ranks: Annotated[int | None, typer.Option(min=1, help="When the log does not list its devices.")] = None,
-    ranks_per_node: Annotated[int | None, typer.Option(min=1, help="GPUs per node in the run.")] = None,
+    ranks: Annotated[int | None, typer.Option(min=1, max=MAX_GPUS, help="When the log does not list its devices.")]
+    = None,
+    ranks_per_node: Annotated[int | None, typer.Option(min=1, max=MAX_GPUS, help="GPUs per node in the run.")] = None,
     out: OutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -239,6 +281,8 @@ def import_nccl_tests(
     from parplan.hardware.fit import fit_collectives
     from parplan.hardware.nccl_tests import nccl_version, parse_nccl_tests
 
+    load_cluster(cluster)
+    _check_out(out)
     samples = []
     version = None
     for log in logs:

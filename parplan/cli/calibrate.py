@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from parplan._input import read_yaml, write_yaml
+from parplan._input import check_output, read_yaml, write_yaml
 from parplan.cli._options import ClusterOpt, JsonOpt
 from parplan.cli._output import console, print_json
 from parplan.hardware import load_cluster
@@ -25,6 +25,8 @@ def calibrate_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Fit compute efficiency and overlap costs to measured step times; print the error before and after."""
+    if out is not None:
+        check_output(out)
     spec = load_cluster(cluster)
     result = calibrate(load_runs(runs), spec)
     cal = dataclasses.asdict(result.calibration)

@@ -8,9 +8,20 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from parplan.cli._options import ClusterOpt, ExpertLoadOpt, GpusOpt, JsonOpt, ModelOpt, SeqOpt
+from parplan.cli._options import (
+    MAX_BATCH,
+    ClusterOpt,
+    ExpertLoadOpt,
+    GpusOpt,
+    JsonOpt,
+    ModelOpt,
+    PlotOpt,
+    SeqOpt,
+    usage_errors,
+)
 from parplan.cli._output import console, kv_table, print_json
 from parplan.hardware import load_cluster
+from parplan.hardware.spec import MAX_GPUS
 from parplan.models import load_model
 from parplan.planner.estimate import MEMORY_COMPONENTS, TIME_COMPONENTS, Estimate, evaluate
 from parplan.planner.explain import bottleneck
@@ -18,7 +29,7 @@ from parplan.planner.moe import MoESection, moe_section
 from parplan.planner.strategy import DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES, Strategy
 from parplan.planner.timeline import Timeline, render, simulate
 from parplan.planner.workload import parse_expert_load
-from parplan.plots import memory_bars, plot_estimate, stage_label
+from parplan.plots import check_plot_path, memory_bars, plot_estimate, stage_label
 
 
 def _choice(value: str, options: tuple[str, ...], name: str) -> str:
@@ -54,17 +65,18 @@ def explain(
     model: ModelOpt,
     cluster: ClusterOpt,
     gpus: GpusOpt,
-    tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel degree.")] = 1,
-    pp: Annotated[int, typer.Option(min=1, help="Pipeline stages.")] = 1,
-    cp: Annotated[int, typer.Option(min=1, help="Context-parallel degree.")] = 1,
-    ep: Annotated[int, typer.Option(min=1, help="Expert-parallel degree (carved from tp·cp·dp).")] = 1,
-    etp: Annotated[int, typer.Option(min=1, help="Tensor parallelism inside each expert.")] = 1,
-    vpp: Annotated[int, typer.Option(min=1, help="Model chunks per pipeline rank (interleaving).")] = 1,
+    tp: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Pipeline stages.")] = 1,
+    cp: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Context-parallel degree.")] = 1,
+    ep: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Expert-parallel degree (carved from tp·cp·dp).")] = 1,
+    etp: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Tensor parallelism inside each expert.")] = 1,
+    vpp: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Model chunks per pipeline rank (interleaving).")] = 1,
     zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = Megatron distributed optimizer).")] = 1,
     sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Megatron sequence parallelism.")] = True,
     recompute: Annotated[str, typer.Option(help=", ".join(RECOMPUTE) + ".")] = "none",
-    mbs: Annotated[int, typer.Option(min=1, help="Micro-batch size (sequences).")] = 1,
-    gbs: Annotated[int | None, typer.Option(min=1, help="Global batch (sequences); default dp·mbs.")] = None,
+    mbs: Annotated[int, typer.Option(min=1, max=MAX_BATCH, help="Micro-batch size (sequences).")] = 1,
+    gbs: Annotated[int | None, typer.Option(min=1, max=MAX_BATCH,
+                                            help="Global batch (sequences); default dp·mbs.")] = None,
     seq: SeqOpt = 4096,
     schedule: Annotated[str | None, typer.Option(
         help=", ".join(SCHEDULES) + " (default: interleaved when vpp>1).")] = None,
@@ -74,7 +86,7 @@ def explain(
                                              help="Overlap TP communication (--tp-comm-overlap).")] = False,
     dispatch: Annotated[str, typer.Option(help="MoE token dispatch: " + ", ".join(DISPATCHERS) + ".")] = "alltoall",
     redundant_experts: Annotated[int, typer.Option(
-        min=0, help="EPLB redundant expert slots per MoE layer (a multiple of ep).")] = 0,
+        min=0, max=MAX_GPUS, help="EPLB redundant expert slots per MoE layer (a multiple of ep).")] = 0,
     ep_overlap: Annotated[bool, typer.Option(
         "--ep-overlap/--no-ep-overlap",
         help="Overlap the EP all-to-all with another micro-batch (--overlap-moe-expert-parallel-comm).")] = False,
@@ -87,8 +99,7 @@ def explain(
              "(Megatron-LM before Megatron-Core, DeepSpeed's pipeline engine).")] = False,
     expert_load: ExpertLoadOpt = None,
     timeline: Annotated[bool, typer.Option("--timeline", help="Draw the pipeline schedule.")] = False,
-    plot: Annotated[str | None, typer.Option(help="Write time and memory charts to this PNG (parplan[plot]).")]
-    = None,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Predict one layout: step time, tokens/s/GPU, MFU, memory per GPU, and where the time goes."""
@@ -98,9 +109,12 @@ def explain(
     _choice(dispatch, DISPATCHERS, "dispatch")
     if schedule is not None:
         _choice(schedule, SCHEDULES, "schedule")
+    if plot:
+        check_plot_path(plot)
     model_spec = load_model(model)
     cluster_spec = load_cluster(cluster, gpus=gpus)
-    workload = parse_expert_load(expert_load, model_spec)
+    with usage_errors():
+        workload = parse_expert_load(expert_load, model_spec)
     dp = max(1, gpus // (tp * pp * cp))
     strategy = Strategy(
         tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, sp=sp, recompute=recompute, mbs=mbs,

@@ -10,6 +10,7 @@ from rich.table import Table
 from parplan.cli._options import JsonOpt
 from parplan.cli._output import console, kv_table, print_json
 from parplan.hardware import load_cluster, preset_names
+from parplan.hardware.spec import MAX_GPUS
 
 app = typer.Typer(help="Cluster presets and cluster files.", no_args_is_help=True)
 
@@ -38,7 +39,7 @@ def list_hardware(json_out: JsonOpt = False) -> None:
 @app.command("show")
 def show_hardware(
     name: Annotated[str, typer.Argument(help="Preset name or cluster YAML file.")],
-    gpus: Annotated[int | None, typer.Option(help="Total GPUs in the job.", min=1)] = None,
+    gpus: Annotated[int | None, typer.Option(help="Total GPUs in the job.", min=1, max=MAX_GPUS)] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Show a cluster's GPU, links and where every number comes from."""

@@ -13,13 +13,17 @@ from rich.table import Table
 from parplan.cli._options import (
     ClusterOpt,
     ExpertLoadOpt,
+    GbsOpt,
     GpuCountsOpt,
     JsonOpt,
     MemoryFractionOpt,
     ModelOpt,
     PrecisionsOpt,
     SeqOpt,
+    int_spec,
+    number,
     parse_gpu_counts,
+    usage_errors,
 )
 from parplan.cli._output import console, err_console, print_json, print_text
 from parplan.cli.explain import explain_args
@@ -27,13 +31,18 @@ from parplan.errors import ConfigError, NoFeasiblePlanError
 from parplan.export import Launch, export, framework_filter
 from parplan.hardware import load_cluster
 from parplan.models import load_model
-from parplan.planner.api import space_from_options, why_better
+from parplan.planner.api import SPEC_VALUES, space_from_options, why_better
 from parplan.planner.estimate import Estimate
 from parplan.planner.search import OBJECTIVES, PlanResult, plan_or_raise
 from parplan.planner.strategy import DISPATCHERS, RECOMPUTE, SCHEDULES, Strategy
 from parplan.planner.workload import parse_expert_load
 
-IntSpec = Annotated[str | None, typer.Option(help="A value, a list (1,2,4) or a range (1..16).")]
+_SPEC = "N|N,M|N..M"
+IntSpec = Annotated[str | None, typer.Option(metavar=_SPEC, callback=int_spec(),
+                                             help="A value, a list (1,2,4) or a range (1..16).")]
+ZeroSpec = Annotated[str | None, typer.Option(metavar=_SPEC, callback=int_spec(0, 3),
+                                              help="ZeRO stages 0..3: a value, a list (1,3) or a range (0..3).")]
+
 
 
 def _progress_callback():
@@ -94,7 +103,7 @@ def plan_command(
     model: ModelOpt,
     cluster: ClusterOpt,
     gpus: GpuCountsOpt,
-    gbs: Annotated[int, typer.Option(min=1, help="Global batch, sequences per step.")],
+    gbs: GbsOpt,
     seq: SeqOpt = 4096,
     tp: IntSpec = None,
     pp: IntSpec = None,
@@ -102,27 +111,31 @@ def plan_command(
     ep: IntSpec = None,
     etp: IntSpec = None,
     vpp: IntSpec = None,
-    zero: IntSpec = None,
+    zero: ZeroSpec = None,
     mbs: IntSpec = None,
-    max_tp: Annotated[int | None, typer.Option(min=1, help="Upper bound on tp.")] = None,
-    max_pp: Annotated[int | None, typer.Option(min=1, help="Upper bound on pp.")] = None,
-    max_cp: Annotated[int | None, typer.Option(min=1, help="Upper bound on cp.")] = None,
-    max_ep: Annotated[int | None, typer.Option(min=1, help="Upper bound on ep.")] = None,
+    max_tp: Annotated[int | None, typer.Option(min=1, max=SPEC_VALUES, help="Upper bound on tp.")] = None,
+    max_pp: Annotated[int | None, typer.Option(min=1, max=SPEC_VALUES, help="Upper bound on pp.")] = None,
+    max_cp: Annotated[int | None, typer.Option(min=1, max=SPEC_VALUES, help="Upper bound on cp.")] = None,
+    max_ep: Annotated[int | None, typer.Option(min=1, max=SPEC_VALUES, help="Upper bound on ep.")] = None,
     sp: Annotated[str | None, typer.Option(help="on, off (default: both).")] = None,
     recompute: Annotated[str | None, typer.Option(help=f"Allowed: {','.join(RECOMPUTE)} (default all).")] = None,
     schedule: Annotated[str | None, typer.Option(help=f"Allowed: {','.join(SCHEDULES)} (default all).")] = None,
     precision: PrecisionsOpt = "bf16",
     dispatch: Annotated[str | None, typer.Option(
         help=f"MoE dispatchers to consider: {','.join(DISPATCHERS)} (default all).")] = None,
-    redundant_experts: IntSpec = None,
+    redundant_experts: Annotated[str | None, typer.Option(
+        metavar=_SPEC, callback=int_spec(0), help="EPLB redundant expert slots: a value, list or range.")] = None,
     ep_overlap: Annotated[str | None, typer.Option(help="EP all-to-all overlap: on, off (default: both).")] = None,
     expert_load: ExpertLoadOpt = None,
     max_memory_fraction: MemoryFractionOpt = 1.0,
     objective: Annotated[str, typer.Option(help="throughput, memory or cost.")] = "throughput",
-    within: Annotated[float, typer.Option(help="--objective memory: throughput slack vs the best.")] = 0.05,
-    tokens: Annotated[float | None, typer.Option(help="Token budget, e.g. 15e12 (with --days or for cost).")] = None,
-    days: Annotated[float | None, typer.Option(help="Deadline in days: smallest GPU count meeting it.")] = None,
-    top: Annotated[int, typer.Option(min=1, help="Rows to show.")] = 5,
+    within: Annotated[float, typer.Option(callback=number(min=0, max=1), metavar="FRACTION",
+                                          help="--objective memory: throughput slack vs the best.")] = 0.05,
+    tokens: Annotated[float | None, typer.Option(callback=number(above=0), metavar="NUMBER",
+                                                 help="Token budget, e.g. 15e12 (with --days or for cost).")] = None,
+    days: Annotated[float | None, typer.Option(callback=number(above=0), metavar="NUMBER",
+                                               help="Deadline in days: smallest GPU count meeting it.")] = None,
+    top: Annotated[int, typer.Option(min=1, max=1000, help="Rows to show.")] = 5,
     framework: Annotated[str | None, typer.Option(
         help="Only layouts this framework can run: megatron, deepspeed or torchtitan.")] = None,
     emit: Annotated[str | None, typer.Option(
@@ -135,22 +148,26 @@ def plan_command(
     if days is not None and tokens is None:
         raise typer.BadParameter("--days needs --tokens", param_hint="--days")
     counts = parse_gpu_counts(gpus)
-    space = space_from_options(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs, max_tp=max_tp,
-                               max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, sp=sp, recompute=recompute,
-                               schedule=schedule, precision=precision, dispatch=dispatch,
-                               redundant_experts=redundant_experts, ep_overlap=ep_overlap,
-                               max_memory_fraction=max_memory_fraction)
+    with usage_errors():
+        space = space_from_options(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs, max_tp=max_tp,
+                                   max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, sp=sp, recompute=recompute,
+                                   schedule=schedule, precision=precision, dispatch=dispatch,
+                                   redundant_experts=redundant_experts, ep_overlap=ep_overlap,
+                                   max_memory_fraction=max_memory_fraction)
+        if emit is not None:
+            framework_filter(emit)  # an unknown framework name is refused before the search
     model_spec = load_model(model)
-    workload = parse_expert_load(expert_load, model_spec)
     base = load_cluster(cluster)
     if space.precision == ("fp8",) and not base.gpu.supports_fp8:
         # Asked for fp8 only: say why instead of "no layout fits" (in a list, the fp8_supported rule drops it).
         raise ConfigError(f"{base.gpu.name} has no fp8 tensor cores; use --precision bf16", field="precision")
-    layout_filter = None
-    if framework is not None:
-        layout_filter = framework_filter(framework, model_spec)
-        # DeepSpeed's pipeline engine partitions stage tensors over TP (PartitionedTensor): cost it so.
-        space = dataclasses.replace(space, pp_scatter_gather=framework == "deepspeed")
+    with usage_errors():
+        workload = parse_expert_load(expert_load, model_spec)
+        layout_filter = None
+        if framework is not None:
+            layout_filter = framework_filter(framework, model_spec)
+            # DeepSpeed's pipeline engine partitions stage tensors over TP (PartitionedTensor): cost it so.
+            space = dataclasses.replace(space, pp_scatter_gather=framework == "deepspeed")
 
     update, close = _progress_callback()
     results: list[tuple[int, PlanResult]] = []

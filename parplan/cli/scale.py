@@ -8,15 +8,18 @@ import typer
 from rich.table import Table
 
 from parplan.cli._options import (
+    MAX_BATCH,
     ClusterOpt,
     ExpertLoadOpt,
     GpuCountsOpt,
     JsonOpt,
     MemoryFractionOpt,
     ModelOpt,
+    PlotOpt,
     PrecisionsOpt,
     SeqOpt,
     parse_gpu_counts,
+    usage_errors,
 )
 from parplan.cli._output import console, print_json
 from parplan.errors import NoFeasiblePlanError
@@ -25,7 +28,7 @@ from parplan.models import load_model
 from parplan.planner.api import space_from_options
 from parplan.planner.scaling import scale, thresholds
 from parplan.planner.workload import parse_expert_load
-from parplan.plots import plot_scaling
+from parplan.plots import check_plot_path, plot_scaling
 
 
 def _short(sentence: str) -> str:
@@ -37,21 +40,26 @@ def scale_command(
     model: ModelOpt,
     cluster: ClusterOpt,
     gpus: GpuCountsOpt,
-    gbs: Annotated[int, typer.Option(min=1, help="Global batch (sequences); with --weak, at the smallest count.")],
+    gbs: Annotated[int, typer.Option(min=1, max=MAX_BATCH,
+                                     help="Global batch (sequences); with --weak, at the smallest count.")],
     seq: SeqOpt = 4096,
     weak: Annotated[bool, typer.Option("--weak", help="Grow the batch with the GPU count (weak scaling).")] = False,
     precision: PrecisionsOpt = "bf16",
     max_memory_fraction: MemoryFractionOpt = 1.0,
     expert_load: ExpertLoadOpt = None,
-    plot: Annotated[str | None, typer.Option(help="Write speedup and efficiency curves to this PNG.")] = None,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Best layout at each GPU count; speedup and efficiency relative to the smallest count that fits."""
     counts = parse_gpu_counts(gpus)
-    space = space_from_options(precision=precision, max_memory_fraction=max_memory_fraction)
+    if plot:
+        check_plot_path(plot)
+    with usage_errors():
+        space = space_from_options(precision=precision, max_memory_fraction=max_memory_fraction)
     model_spec, base = load_model(model), load_cluster(cluster)
-    points = scale(model_spec, base, counts, gbs=gbs, seq=seq, weak=weak, space=space,
-                   workload=parse_expert_load(expert_load, model_spec))
+    with usage_errors():
+        workload = parse_expert_load(expert_load, model_spec)
+    points = scale(model_spec, base, counts, gbs=gbs, seq=seq, weak=weak, space=space, workload=workload)
     fitted = [p for p in points if p.best is not None]
     if not fitted:
         raise NoFeasiblePlanError(f"no layout of {model_spec.name} fits at any of {counts} GPUs of {base.name}")

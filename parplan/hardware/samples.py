@@ -195,7 +195,9 @@ _HEADER = ("date", "device", "torch_version", "nccl_version")
 
 def profile_to_dict(profile: ProfileSamples) -> dict[str, Any]:
     """The ``measurements:`` mapping of a profile (plain YAML-safe types; one mapping per sample)."""
-    out: dict[str, Any] = {name: getattr(profile, name) for name in _HEADER}
+    # str() of each header value: torch.__version__ is a str subclass (TorchVersion) safe_dump cannot write.
+    out: dict[str, Any] = {name: None if getattr(profile, name) is None else str(getattr(profile, name))
+                           for name in _HEADER}
     for name in _LISTS:
         out[name] = [_plain(s) for s in getattr(profile, name)]
     return out

@@ -72,7 +72,8 @@ def environment(device: str | None = None) -> dict[str, str | None]:
     if dev.startswith("cuda") and torch.distributed.is_nccl_available():
         nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
     return {"date": datetime.date.today().isoformat(), "device": device_name(dev),
-            "torch_version": torch.__version__, "nccl_version": nccl}
+            # torch.__version__ is a TorchVersion (a str subclass) that yaml.safe_dump cannot represent.
+            "torch_version": str(torch.__version__), "nccl_version": nccl}
 
 
 def time_call(fn: Callable[[], object], device: str, *, repeats: int, warmup: int) -> float:
