@@ -238,5 +238,6 @@ def dataclass_from_mapping(cls: type, raw: Any, file: str | None, section: str) 
         return cls(**kw)
     except ConfigError as e:
         raise ConfigError(e.rule, file=file, field=f"{section}.{e.field}" if e.field else section) from None
-    except ParplanError as e:  # a spec's own error class (a Strategy rule, say)
-        raise ConfigError(str(e), file=file, field=section) from None
+    except ParplanError as e:  # a spec's own error class (a Strategy rule, say), naming its field or not
+        field = getattr(e, "field", None)
+        raise ConfigError(str(e), file=file, field=f"{section}.{field}" if field else section) from None

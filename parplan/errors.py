@@ -57,9 +57,14 @@ class UnsupportedModelError(ParplanError):
 
 
 class InvalidStrategyError(ParplanError):
-    """A parallel layout that cannot run; the message names the rule it breaks."""
+    """A parallel layout that cannot run; the message names the rule it breaks (and `field`, the Strategy
+    field, where one field alone breaks it)."""
 
     exit_code = 1
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(message)
 
 
 class NoFeasiblePlanError(ParplanError):

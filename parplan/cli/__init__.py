@@ -100,6 +100,8 @@ def command() -> Any:
         todo += list(getattr(cmd, "commands", {}).values())
         cmd.rich_markup_mode = None
         for param in cmd.params:
+            if param.param_type_name == "argument" and not param.metavar:
+                param.metavar = param.name.upper()  # typer's usage line would show '{name}'
             label, limits = _label(param), _range(param)
             param.display_type = param.display_type_rich = lambda ctx, label=label: label
             param._get_number_range_help_str = lambda limits=limits: limits

@@ -18,14 +18,8 @@ import typer
 from parplan._mapping import as_float
 from parplan.errors import ConfigError
 from parplan.hardware.spec import MAX_GPUS
-from parplan.models.spec import RANGES
 from parplan.planner.api import parse_doubling_spec, parse_int_spec
-from parplan.planner.strategy import PRECISIONS
-
-MAX_BATCH = 2**24
-"""Most sequences in a global batch: a thousand times DeepSeek-V3's 15,360."""
-MAX_SEQ = RANGES["max_position"][1]
-"""Longest sequence, tokens: the longest position range a model may declare."""
+from parplan.planner.strategy import MAX_BATCH, MAX_SEQ, PRECISIONS
 
 
 def number(*, min: float | None = None, max: float | None = None,

@@ -154,7 +154,8 @@ def plan_command(
                                    schedule=schedule, precision=precision, dispatch=dispatch,
                                    redundant_experts=redundant_experts, ep_overlap=ep_overlap,
                                    max_memory_fraction=max_memory_fraction)
-        if emit is not None:
+    if emit is not None:
+        with usage_errors({"framework": "--emit"}):
             framework_filter(emit)  # an unknown framework name is refused before the search
     model_spec = load_model(model)
     base = load_cluster(cluster)

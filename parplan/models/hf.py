@@ -64,7 +64,8 @@ _DROPOUT_KEYS = ("attn_pdrop", "resid_pdrop", "attention_dropout", "hidden_dropo
 
 
 def _dropout(f: _Fields) -> bool:
-    return any(f.float(key, 0.0, min=0, max=1) > 0 for key in _DROPOUT_KEYS)
+    rates = [f.float(key, 0.0, min=0, max=1) for key in _DROPOUT_KEYS]  # every key checked, not the first > 0
+    return any(rate > 0 for rate in rates)
 
 
 def _common(f: _Fields, name: str, family: str, **kw: Any) -> dict[str, Any]:
@@ -100,6 +101,9 @@ def _llama_like(f: _Fields, name: str, family: str, *, qkv_bias: bool, qk_norm: 
         sliding_layers = layers
     if sliding_layers:
         sliding_window = f.int("sliding_window")
+    if not f.has("head_dim") and hidden < heads:
+        raise f.error("hidden_size", f"must be at least num_attention_heads ({heads}): head_dim is hidden_size / "
+                                     "num_attention_heads when the config gives none")
     attention = AttentionSpec(
         heads=heads,
         kv_heads=f.int("num_key_value_heads", heads),

@@ -54,10 +54,13 @@ def calibrate(runs: list[PublishedRun], cluster: ClusterSpec) -> CalibrationResu
         raise ConfigError("no runs to calibrate on", field="runs")
     models = [r.model() for r in runs]
     start = cluster.calibration
-    try:
-        before = _errors(runs, models, cluster, start)
-    except ParplanError as e:
-        raise ConfigError(f"a run cannot be evaluated on {cluster.name}: {e}", field="runs") from None
+    for run, model in zip(runs, models, strict=True):
+        try:
+            evaluate(model, cluster.with_gpus(run.gpus), run.strategy)
+        except ParplanError as e:
+            raise ConfigError(f"the run cannot be evaluated on {cluster.name}: {e}", file=run.file,
+                              field=run.id) from None
+    before = _errors(runs, models, cluster, start)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         cal = Calibration(**dict(zip(KNOBS, (float(v) for v in x), strict=True)))

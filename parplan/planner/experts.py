@@ -334,9 +334,9 @@ def load_counts_file(path: str | Path) -> np.ndarray:
     path = Path(path)
     file = str(path)
     suffix = path.suffix.lower()
+    text = read_text(path)  # first: a directory or a device is reported as such
     if suffix != ".csv" and suffix not in _TREE_PARSERS:
         raise ConfigError("expected a .csv, .json, .yaml or .yml file of expert counts", file=file)
-    text = read_text(path)
     rows = _csv_rows(text) if suffix == ".csv" else _tree_rows(_TREE_PARSERS[suffix](text, file), file)
     return _matrix(rows, file)
 

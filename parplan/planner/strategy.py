@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from parplan.errors import InvalidStrategyError
-from parplan.hardware.spec import ClusterSpec
-from parplan.models.spec import ModelSpec
+from parplan.hardware.spec import MAX_GPUS, ClusterSpec
+from parplan.models.spec import RANGES, ModelSpec
 
 RECOMPUTE = ("none", "selective", "modules", "full")
 SCHEDULES = ("1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev")
@@ -102,13 +102,12 @@ class Strategy:
     def __post_init__(self) -> None:
         for name, options in _CATEGORIES.items():
             _code(options, getattr(self, name), name)  # an unknown name fails here, not at first use
-        # Counts below their least value fail here rather than as a division by zero in dp(); the search
-        # meets the same bounds as the vectorised "positive" and "zero_stage" rules.
-        for name, least in _LEAST.items():
-            if getattr(self, name) < least:
-                raise InvalidStrategyError(f"{name} must be >= {least}, got {getattr(self, name)}")
-        if self.zero > 3:
-            raise InvalidStrategyError(f"zero must be 0, 1, 2 or 3, got {self.zero}")
+        # Counts out of range fail here rather than as a division by zero in dp() or an int64 overflow in
+        # Layouts; the search meets the same lower bounds as the vectorised "positive" and "zero_stage" rules.
+        for name, (least, most) in _LIMITS.items():
+            if not least <= getattr(self, name) <= most:
+                raise InvalidStrategyError(f"{name} must lie in {least}..{most:,}, got {getattr(self, name):,}",
+                                           field=name)
         if self.tp == 1:
             # Megatron silently turns SP off at tp=1 (ecosystem.md A2), and TP overlap has nothing to overlap;
             # normalise so equal layouts compare equal.
@@ -157,9 +156,15 @@ class Strategy:
                 raise InvalidStrategyError(rule.message(self, model, cluster))
 
 
-_LEAST = {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "etp": 1, "vpp": 1, "mbs": 1, "gbs": 1, "seq": 1, "zero": 0,
-          "redundant_experts": 0}
-"""Least value of each count of a Strategy."""
+MAX_BATCH = 2**24
+"""Most sequences in a global (or micro-) batch: a thousand times DeepSeek-V3's 15,360."""
+MAX_SEQ = RANGES["max_position"][1]
+"""Longest sequence, tokens: the longest position range a model may declare."""
+_LIMITS = {"tp": (1, MAX_GPUS), "pp": (1, MAX_GPUS), "cp": (1, MAX_GPUS), "ep": (1, MAX_GPUS), "etp": (1, MAX_GPUS),
+           "vpp": (1, RANGES["layers"][1]), "mbs": (1, MAX_BATCH), "gbs": (1, MAX_BATCH), "seq": (1, MAX_SEQ),
+           "zero": (0, 3), "redundant_experts": (0, MAX_GPUS)}
+"""Range of each count of a Strategy: a degree beyond the largest cluster, a batch or sequence beyond any
+run, are refused when the Strategy is built (the rules then see only sane numbers)."""
 
 _CATEGORIES: dict[str, tuple[str, ...]] = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "precision": PRECISIONS,
                                            "dispatch": DISPATCHERS}

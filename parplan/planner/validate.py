@@ -123,9 +123,11 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
         raise ConfigError("expected a list of runs", file=file)
     runs = []
     for n, entry in enumerate(data):
-        rid = entry.get("id") if isinstance(entry, dict) else None
-        rid = rid if isinstance(rid, str) and rid else f"#{n}"
+        raw_id = entry.get("id") if isinstance(entry, dict) else None
+        rid = raw_id if isinstance(raw_id, str) and raw_id else f"#{n}"
         f = Fields(entry, file, rid).allow(_RUN_KEYS)
+        if raw_id is not None:
+            Fields(entry, file, f"#{n}").str("id")  # an id that is not a string is named by position
         strat = f.mapping("strategy").allow(_STRATEGY_KEYS | _BATCH_KEYS)
         misplaced = set(strat.data) & _BATCH_KEYS
         if misplaced:
