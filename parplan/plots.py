@@ -41,12 +41,15 @@ _DPI = 120  # about 1700 px wide at the figure sizes used: sharp on screen, smal
 
 
 def stage_label(stage: dict[str, Any]) -> str:
-    """'rank 0 (emb)', 'ranks 1-2', 'rank 3 (head)': the pipeline ranks a stage pattern covers and what
-    they hold besides their transformer layers."""
-    first, count = int(stage["first_rank"]), int(stage["ranks"])
-    label = f"rank {first}" if count == 1 else f"ranks {first}-{first + count - 1}"
-    extras = [name for name, key in (("emb", "embedding"), ("head", "head")) if stage[key]]
-    return f"{label} ({', '.join(extras)})" if extras else label
+    """'rank 0 (20 layers, emb)', '2 ranks (20 layers)': how many pipeline ranks share a pattern and what each
+    holds. Not a range of rank numbers: the ranks of a pattern need not be neighbours (DualPipe pairs rank r
+    with rank p − 1 − r)."""
+    count = int(stage["ranks"])
+    layers = int(stage["dense_layers"]) + int(stage["moe_layers"])
+    held = [f"{layers} layer{'' if layers == 1 else 's'}"]
+    held += [name for name, key in (("emb", "embedding"), ("head", "head")) if stage[key]]
+    who = f"rank {int(stage['first_rank'])}" if count == 1 else f"{count} ranks"
+    return f"{who} ({', '.join(held)})"
 
 
 def _cells(stage: dict[str, Any], gib_per_cell: float) -> list[tuple[str, int]]:

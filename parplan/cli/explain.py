@@ -19,7 +19,7 @@ from parplan.cli._options import (
     SeqOpt,
     usage_errors,
 )
-from parplan.cli._output import console, kv_table, print_json
+from parplan.cli._output import Column, console, fitted_table, kv_table, print_json
 from parplan.hardware import load_cluster
 from parplan.hardware.spec import MAX_GPUS
 from parplan.models import load_model
@@ -27,7 +27,7 @@ from parplan.planner.estimate import MEMORY_COMPONENTS, TIME_COMPONENTS, Estimat
 from parplan.planner.explain import bottleneck
 from parplan.planner.moe import MoESection, moe_section
 from parplan.planner.strategy import DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES, Strategy
-from parplan.planner.timeline import Timeline, render, simulate
+from parplan.planner.timeline import MAX_BLOCKS, Timeline, render, simulate
 from parplan.planner.workload import parse_expert_load
 from parplan.plots import check_plot_path, memory_bars, plot_estimate, stage_label
 
@@ -124,6 +124,11 @@ def explain(
         redundant_experts=redundant_experts, ep_overlap=ep_overlap, p2p_overlap=p2p_overlap,
         pp_scatter_gather=pp_scatter_gather,
     )
+    blocks = strategy.pp * strategy.microbatches(gpus) * max(strategy.vpp, 2 if strategy.schedule == "dualpipev" else 1)
+    if timeline and blocks > MAX_BLOCKS:
+        raise typer.BadParameter(f"the schedule has {blocks:,} operations (pp · micro-batches · chunks); --timeline "
+                                 f"draws at most {MAX_BLOCKS:,}: a smaller --gbs shows the same pattern",
+                                 param_hint="--timeline")
     # A switch the layout cannot use is a usage error rather than a silent no-op.
     if pp_scatter_gather and not strategy.pp_scatter_gather:
         raise typer.BadParameter("acts only on a pipeline (pp > 1) with tp > 1 and --no-sp (SP already shards "
@@ -154,7 +159,7 @@ def explain(
         if tl is None:
             console.print("No pipeline (pp = 1): nothing to draw.", highlight=False)
         else:
-            console.print(render(tl, width=min(console.width, 140)))
+            console.print(render(tl, width=min(console.width, 140), plain=console.color_system is None, unit="s"))
     if plot:
         console.print(f"wrote {plot}", highlight=False, markup=False)
 
@@ -165,12 +170,10 @@ def schedule_timeline(est: Estimate) -> Timeline | None:
     if s.pp == 1:
         return None
     slowest = max(est.stages, key=lambda st: st["microbatch_s"])
-    # DualPipe keeps two stages per rank and runs each micro-batch through one of them: the simulator takes
-    # a rank's whole share per micro-batch, which is the full-stage time (twice the half-work per micro-batch).
-    factor = 2.0 if s.schedule == "dualpipe" else 1.0
+    # A stage's per-micro-batch times are what one micro-batch costs the rank, the simulator's t_f, t_b, t_w:
+    # for DualPipe that is one of the rank's two stages (the cost model's work share of 1/2 of both).
     return simulate(s.schedule, s.pp, s.microbatches(est.gpus), v=s.vpp if s.schedule == "interleaved" else 1,
-                    t_f=factor * slowest["forward_s"], t_b=factor * slowest["backward_s"],
-                    t_w=factor * slowest["wgrad_s"])
+                    t_f=slowest["forward_s"], t_b=slowest["backward_s"], t_w=slowest["wgrad_s"])
 
 
 def show_estimate(est: Estimate, sentence: str, moe: MoESection | None = None) -> None:
@@ -186,30 +189,26 @@ def show_estimate(est: Estimate, sentence: str, moe: MoESection | None = None) -
                        f"{est.capacity_gib:g} GiB: {'fits' if est.fits else 'DOES NOT FIT'}"),
         ],
     ))
-    time = Table(title="Time per step (critical path)", title_justify="left")
-    for col in ("component", "seconds", "exposed", "overlapped", "share"):
-        time.add_column(col, justify="left" if col == "component" else "right")
-    for name in TIME_COMPONENTS:
-        row = est.time_breakdown[name]
-        if row["seconds"] <= 0 and row["exposed"] <= 0:
-            continue
-        time.add_row(name.replace("_", " "), f"{row['seconds']:.3f}", f"{row['exposed']:.3f}",
-                     f"{row['overlapped']:.3f}", f"{row['exposed'] / est.step_time_s:.1%}")
-    console.print(time)
+    rows = [[name.replace("_", " "), f"{row['seconds']:.3f}", f"{row['exposed']:.3f}", f"{row['overlapped']:.3f}",
+             f"{row['exposed'] / est.step_time_s:.1%}"]
+            for name, row in ((n, est.time_breakdown[n]) for n in TIME_COMPONENTS)
+            if row["seconds"] > 0 or row["exposed"] > 0]
+    columns = [Column("component", left=True, wrap=True), Column("seconds", "s"), Column("exposed", "exp"),
+               Column("overlapped", "ovl"), Column("share")]
+    console.print(fitted_table("Time per step (critical path), seconds", [(columns, rows)]))
     if moe is not None:
         console.print(moe_table(moe))
-    mem = Table(title="Memory per pipeline rank, GiB", title_justify="left")
-    mem.add_column("pipeline ranks")
-    mem.add_column("layers", justify="right")
-    for name in MEMORY_COMPONENTS:
-        mem.add_column(name, justify="right")
-    mem.add_column("total", justify="right")
-    for st in est.stages:
-        mem.add_row(stage_label(st), str(st["dense_layers"] + st["moe_layers"]),
-                    *(f"{st['memory_gib'][c]:.1f}" for c in MEMORY_COMPONENTS), f"{st['memory_total_gib']:.1f}")
-    console.print(mem)
+    columns = [Column("pipeline ranks", "ranks", left=True, wrap=True),
+               *(Column(name, _SHORT.get(name, "")) for name in MEMORY_COMPONENTS), Column("total")]
+    rows = [[stage_label(st), *(f"{st['memory_gib'][c]:.1f}" for c in MEMORY_COMPONENTS),
+             f"{st['memory_total_gib']:.1f}"] for st in est.stages]
+    console.print(fitted_table("Memory per pipeline rank, GiB", [(columns, rows)]))
     console.print(memory_bars(est, width=min(60, console.width - 40)))
     console.print(sentence, highlight=False)
+
+
+_SHORT = {"weights": "wts", "gradients": "grads", "optimizer": "optim", "activations": "act", "buffers": "buf"}
+"""Short memory-component headers for narrow consoles."""
 
 
 def moe_table(moe: MoESection) -> Table:

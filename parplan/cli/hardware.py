@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from parplan.cli._options import JsonOpt
-from parplan.cli._output import console, kv_table, print_json
+from parplan.cli._output import Column, console, fitted_table, kv_table, print_json
 from parplan.hardware import load_cluster, preset_names
 from parplan.hardware.spec import MAX_GPUS
 
@@ -23,17 +23,15 @@ def list_hardware(json_out: JsonOpt = False) -> None:
     if json_out:
         print_json({"clusters": [c.summary() for c in clusters]})
         return
-    table = Table(title="Cluster presets (a cluster YAML file also works; --gpus sets the size)")
-    for col in ("name", "GPU", "bf16 TF", "fp8 TF", "HBM GiB", "GPUs/node", "NVLink GB/s", "NIC GB/s"):
-        table.add_column(col, justify="left" if col in ("name", "GPU") else "right")
-    for c in clusters:
-        g = c.gpu
-        fp8 = f"{g.peak_tflops['fp8']:g}" if g.supports_fp8 else "-"
-        table.add_row(c.name, g.name.replace("NVIDIA ", "").replace("AMD Instinct ", ""),
-                      f"{g.peak_tflops['bf16']:g}", fp8,
-                      f"{g.hbm_gib:g}", str(c.gpus_per_node), f"{c.scaleup.bandwidth_gbps:g}",
-                      f"{c.scaleout.bandwidth_gbps:g}")
-    console.print(table)
+    columns = [Column("name", left=True), Column("GPU", left=True, wrap=True), Column("bf16 TF", "bf16"),
+               Column("fp8 TF", "fp8"), Column("HBM GiB", "HBM"), Column("GPUs/node", "/node"),
+               Column("NVLink GB/s", "NVLink"), Column("NIC GB/s", "NIC")]
+    rows = [[c.name, c.gpu.name.replace("NVIDIA ", "").replace("AMD Instinct ", ""), f"{c.gpu.peak_tflops['bf16']:g}",
+             f"{c.gpu.peak_tflops['fp8']:g}" if c.gpu.supports_fp8 else "-", f"{c.gpu.hbm_gib:g}",
+             str(c.gpus_per_node), f"{c.scaleup.bandwidth_gbps:g}", f"{c.scaleout.bandwidth_gbps:g}"]
+            for c in clusters]
+    console.print(fitted_table("Cluster presets (a cluster YAML file also works; --gpus sets the size; TFLOP/s "
+                               "dense, GB/s per GPU and direction)", [(columns, rows)]))
 
 
 @app.command("show")

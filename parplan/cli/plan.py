@@ -25,7 +25,7 @@ from parplan.cli._options import (
     parse_gpu_counts,
     usage_errors,
 )
-from parplan.cli._output import console, err_console, print_json, print_text
+from parplan.cli._output import Column, console, err_console, fitted_table, print_json, print_text
 from parplan.cli.explain import explain_args
 from parplan.errors import ConfigError, NoFeasiblePlanError
 from parplan.export import Launch, export, framework_filter
@@ -77,21 +77,36 @@ def _moe_cell(s: Strategy) -> str:
     return " ".join(parts + ([f"R{s.redundant_experts}"] if s.redundant_experts else []))
 
 
+def _layout_cell(s: Strategy, gpus: int) -> str:
+    """The layout in one wrapping cell: Strategy.describe without the batch and sequence the title states."""
+    return " ".join(t for t in s.describe(gpus).split() if not t.startswith(("gbs=", "seq=")))
+
+
+_RESULTS = [Column("tok/s/GPU", "tok/s"), Column("MFU"), Column("step s", "step"), Column("mem GiB", "GiB")]
+
+
+def _results(e: Estimate) -> list[str]:
+    return [f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.mfu:.1%}", f"{e.step_time_s:.2f}",
+            f"{e.required_gib:.1f}/{e.capacity_gib:g}"]
+
+
 def _plans_table(result: PlanResult, title: str, moe: bool) -> Table:
-    table = Table(title=title, title_justify="left")
-    cols = ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sp", "recompute", "mbs", "schedule", "prec"]
-    cols += (["experts"] if moe else []) + ["tok/s/GPU", "MFU", "step s", "mem GiB"]
-    for col in cols:
-        table.add_column(col, justify="left" if col in ("recompute", "schedule", "prec", "sp", "experts") else "right")
+    """One column per layout field where the console is wide enough, else the layout as one wrapping cell;
+    the predicted numbers are never cut."""
+    left = {"sp", "recompute", "schedule", "prec", "experts"}
+    names = ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sp", "recompute", "mbs", "schedule", "prec"]
+    names += ["experts"] if moe else []
+    wide_rows, compact_rows = [], []
     for i, e in enumerate(result.plans, 1):
         s = e.strategy
         row = [str(i), str(s.tp), str(s.pp), str(s.dp(e.gpus)), str(s.cp), str(s.ep), str(s.vpp), str(s.zero),
                "on" if s.sp else "off", s.recompute, str(s.mbs), s.schedule + (" +ovl" if s.tp_overlap else ""),
-               s.precision]
-        row += ([_moe_cell(s)] if moe else []) + [f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.mfu:.1%}",
-                                                 f"{e.step_time_s:.2f}", f"{e.required_gib:.1f}/{e.capacity_gib:g}"]
-        table.add_row(*row)
-    return table
+               s.precision] + ([_moe_cell(s)] if moe else [])
+        wide_rows.append(row + _results(e))
+        compact_rows.append([str(i), _layout_cell(s, e.gpus) + (f" {_moe_cell(s)}" if moe else ""), *_results(e)])
+    wide = [Column(n, left=n in left) for n in names] + _RESULTS
+    compact = [Column("#"), Column("layout", left=True, wrap=True), *_RESULTS]
+    return fitted_table(title, [(wide, wide_rows), (compact, compact_rows)])
 
 
 def _plan_doc(result: PlanResult, sources: dict[str, str]) -> dict[str, object]:
@@ -240,17 +255,16 @@ def _show_sizes(results: list[tuple[int, PlanResult]], tokens: float | None, day
         print_json({"sizes": [{"gpus": n, **_plan_doc(r, sources)} for n, r in results],
                     "recommended_gpus": chosen})
         return
-    table = Table(title="Best layout per cluster size", title_justify="left")
-    for col in ("GPUs", "layout", "tok/s/GPU", "tokens/s", "MFU", "mem GiB") + (("days",) if tokens else ()):
-        table.add_column(col, justify="left" if col == "layout" else "right")
+    columns = [Column("GPUs"), Column("layout", left=True, wrap=True), Column("tok/s/GPU", "tok/s"),
+               Column("tokens/s", drop=1), Column("MFU"), Column("mem GiB", "GiB")]
+    columns += [Column("days")] if tokens else []
+    rows = []
     for n, r in results:
         e = r.plans[0]
-        row = [str(n), e.strategy.describe(n), f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.tokens_per_s:,.0f}",
+        row = [str(n), _layout_cell(e.strategy, n), f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.tokens_per_s:,.0f}",
                f"{e.mfu:.1%}", f"{e.required_gib:.1f}"]
-        if tokens:
-            row.append(f"{e.days_for(tokens):.1f}")
-        table.add_row(*row)
-    console.print(table)
+        rows.append(row + ([f"{e.days_for(tokens):.1f}"] if tokens else []))
+    console.print(fitted_table("Best layout per cluster size", [(columns, rows)]))
     if tokens and days:
         console.print(f"Smallest GPU count that trains {tokens:.3g} tokens within {days:g} days: "
                       + (f"{chosen}." if chosen else "none of these."), highlight=False)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from parplan.cli._options import (
     MAX_BATCH,
@@ -21,7 +20,7 @@ from parplan.cli._options import (
     parse_gpu_counts,
     usage_errors,
 )
-from parplan.cli._output import console, print_json
+from parplan.cli._output import Column, console, fitted_table, print_json
 from parplan.errors import NoFeasiblePlanError
 from parplan.hardware import load_cluster
 from parplan.models import load_model
@@ -71,18 +70,21 @@ def scale_command(
     if json_out:
         print_json({"rows": rows, "below_90_percent_at": marks[0.9], "below_70_percent_at": marks[0.7]})
         return
-    table = Table(title=f"{model_spec.name} on {base.name}: {'weak' if weak else 'strong'} scaling "
-                        f"(gbs {gbs}{' at the smallest count' if weak else ''}, seq {seq})", title_justify="left")
-    for col in ("GPUs", "tokens/s", "tok/s/GPU", "speedup", "ideal", "efficiency", "layout", "bottleneck"):
-        table.add_column(col, justify="left" if col in ("layout", "bottleneck") else "right")
+    columns = [Column("GPUs"), Column("tokens/s", drop=2), Column("tok/s/GPU", "tok/s"), Column("speedup"),
+               Column("ideal", drop=1), Column("efficiency", "eff"), Column("layout", left=True, wrap=True),
+               Column("bottleneck", left=True, wrap=True, drop=3)]
+    rows = []
     for p in points:
         if p.best is None:
-            table.add_row(str(p.gpus), "-", "-", "-", "-", "-", "does not fit", "")
+            rows.append([str(p.gpus), "-", "-", "-", "-", "-", "does not fit", ""])
             continue
-        table.add_row(str(p.gpus), f"{p.best.tokens_per_s:,.0f}", f"{p.best.tokens_per_s_per_gpu:,.1f}",
-                      f"{p.speedup:.2f}×", f"{p.ideal:.0f}×", f"{p.efficiency:.0%}",
-                      p.best.strategy.describe(p.gpus), _short(p.bottleneck))
-    console.print(table)
+        rows.append([str(p.gpus), f"{p.best.tokens_per_s:,.0f}", f"{p.best.tokens_per_s_per_gpu:,.1f}",
+                     f"{p.speedup:.2f}×", f"{p.ideal:.0f}×", f"{p.efficiency:.0%}",
+                     " ".join(t for t in p.best.strategy.describe(p.gpus).split() if not t.startswith("seq=")),
+                     _short(p.bottleneck)])
+    title = (f"{model_spec.name} on {base.name}: {'weak' if weak else 'strong'} scaling "
+             f"(gbs {gbs}{' at the smallest count' if weak else ''}, seq {seq})")
+    console.print(fitted_table(title, [(columns, rows)]))
     words = [f"falls below {label} at {marks[level]} GPUs" if marks[level] else f"stays above {label}"
              for level, label in ((0.9, "90%"), (0.7, "70%"))]
     console.print(f"Efficiency {words[0]} and {words[1]} (relative to {fitted[0].gpus} GPUs).", highlight=False)

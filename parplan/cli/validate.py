@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from parplan.cli._options import JsonOpt
-from parplan.cli._output import console, print_json
+from parplan.cli._output import Column, console, fitted_table, print_json
 from parplan.planner.validate import RankResult, load_runs, rank_runs, summarize, validate_runs
 
 
@@ -48,26 +47,21 @@ def validate(
             "summary": {"by_tier": by_tier, "by_group": by_group},
         })
         return
-    table = Table(title="Published runs: predicted vs measured tokens/s/GPU", title_justify="left")
-    for col in ("run", "tier", "GPUs", "measured", "predicted", "error", "memory GiB (pred/meas)"):
-        table.add_column(col, justify="left" if col in ("run", "tier") else "right")
-    for r in results:
-        err = r.throughput_error
-        style = "green" if abs(err) <= 0.1 else ("yellow" if abs(err) <= 0.3 else "red")
-        mem = (f"{r.predicted_memory_gib:.1f}/{r.run.peak_memory_gib:.1f}"
-               if r.memory_error is not None else "")
-        table.add_row(r.run.id, r.run.tier, str(r.run.gpus), f"{r.run.tokens_per_s_per_gpu:,.1f}",
-                      f"{r.predicted:,.1f}", f"[{style}]{err:+.1%}[/]", mem)
-    console.print(table)
-    for title, rows, key in (("By tier", by_tier, "tier"), ("By group", by_group, "group")):
-        summary = Table(title=f"{title}: absolute throughput error", title_justify="left")
-        for col in (key, "runs", "median", "p90", "mean", "max", "memory median"):
-            summary.add_column(col, justify="left" if col == key else "right")
-        for row in rows:
-            summary.add_row(str(row[key]), str(row["runs"]), _pct(row["median_abs_error"]), _pct(row["p90_abs_error"]),
-                            _pct(row["mean_abs_error"]), _pct(row["max_abs_error"]),
-                            _pct(row["memory_median_abs_error"]))
-        console.print(summary)
+    columns = [Column("run", left=True, wrap=True), Column("tier", left=True, drop=2), Column("GPUs"),
+               Column("measured", "meas"), Column("predicted", "pred"), Column("error"),
+               Column("memory GiB pred/meas", "GiB p/m", drop=1)]
+    rows = [[r.run.id, r.run.tier, str(r.run.gpus), f"{r.run.tokens_per_s_per_gpu:,.1f}", f"{r.predicted:,.1f}",
+             f"{r.throughput_error:+.1%}",
+             f"{r.predicted_memory_gib:.1f}/{r.run.peak_memory_gib:.1f}" if r.memory_error is not None else ""]
+            for r in results]
+    console.print(fitted_table("Published runs: predicted vs measured tokens/s/GPU", [(columns, rows)]))
+    for title, summary, key in (("By tier", by_tier, "tier"), ("By group", by_group, "group")):
+        columns = [Column(key, left=True, wrap=True), Column("runs"), Column("median"), Column("p90"), Column("mean"),
+                   Column("max"), Column("memory median", "mem median", drop=1)]
+        rows = [[str(row[key]), str(row["runs"]), _pct(row["median_abs_error"]), _pct(row["p90_abs_error"]),
+                 _pct(row["mean_abs_error"]), _pct(row["max_abs_error"]), _pct(row["memory_median_abs_error"])]
+                for row in summary]
+        console.print(fitted_table(f"{title}: absolute throughput error", [(columns, rows)]))
 
 
 def _show_ranks(ranks: list[RankResult], json_out: bool) -> None:
@@ -79,13 +73,10 @@ def _show_ranks(ranks: list[RankResult], json_out: bool) -> None:
             "best_strategy": k.best.strategy.as_dict(k.best.gpus) if k.best else None,
         } for k in ranks]})
         return
-    table = Table(title="Published layouts among all layouts (predicted tokens/s/GPU)", title_justify="left")
-    for col in ("run", "published", "planner's best", "gap", "rank", "best layout"):
-        table.add_column(col, justify="left" if col in ("run", "best layout") else "right")
-    for k in ranks:
-        best = k.best
-        table.add_row(k.result.run.id, f"{k.result.predicted:,.1f}",
-                      f"{best.tokens_per_s_per_gpu:,.1f}" if best else "-", _pct(k.gap),
-                      "does not fit" if k.rank is None else f"{k.rank:,} of {k.searched:,}",
-                      best.strategy.describe(best.gpus) if best else "nothing fits")
-    console.print(table)
+    columns = [Column("run", left=True, wrap=True), Column("published", "pub"), Column("planner's best", "best"),
+               Column("gap"), Column("rank", wrap=True), Column("best layout", left=True, wrap=True)]
+    rows = [[k.result.run.id, f"{k.result.predicted:,.1f}",
+             f"{k.best.tokens_per_s_per_gpu:,.1f}" if k.best else "-", _pct(k.gap),
+             "does not fit" if k.rank is None else f"{k.rank:,} of {k.searched:,}",
+             k.best.strategy.describe(k.best.gpus) if k.best else "nothing fits"] for k in ranks]
+    console.print(fitted_table("Published layouts among all layouts (predicted tokens/s/GPU)", [(columns, rows)]))
