@@ -15,7 +15,7 @@ from rich.table import Table
 
 from parplan._input import check_output, read_text
 from parplan.cli._options import JsonOpt, int_spec
-from parplan.cli._output import console, err_console, print_json
+from parplan.cli._output import Column, console, err_console, fitted_table, print_json
 from parplan.errors import ConfigError
 from parplan.hardware import load_cluster
 from parplan.hardware.samples import ProfileSamples
@@ -135,14 +135,11 @@ def bench_gemm(
     if json_out:
         print_json({"device": env["device"], "samples": rows, "measured": measured})
         return
-    table = Table(title=f"GEMM on {env['device']}", title_justify="left")
-    for col in ("m", "n", "k", "dtype", "µs", "TFLOP/s", "of peak"):
-        table.add_column(col, justify="right")
-    for r in rows:
-        eff = "-" if r["efficiency"] is None else f"{r['efficiency']:.1%}"
-        table.add_row(str(r["m"]), str(r["n"]), str(r["k"]), r["dtype"], f"{r['time_us']:.1f}",
-                      f"{r['tflops']:.2f}", eff)
-    console.print(table)
+    columns = [Column("m"), Column("n"), Column("k"), Column("dtype"), Column("µs"), Column("TFLOP/s"),
+               Column("of peak")]
+    cells = [[str(r["m"]), str(r["n"]), str(r["k"]), r["dtype"], f"{r['time_us']:.1f}", f"{r['tflops']:.2f}",
+              "-" if r["efficiency"] is None else f"{r['efficiency']:.1%}"] for r in rows]
+    console.print(fitted_table(f"GEMM on {env['device']}", [(columns, cells)]))
 
 
 @app.command("attention")
@@ -180,13 +177,11 @@ def bench_attention(
     if json_out:
         print_json({"device": env["device"], "samples": rows, "measured": measured})
         return
-    table = Table(title=f"Attention on {env['device']} (heads {heads}, head_dim {head_dim})", title_justify="left")
-    for col in ("seq", "fwd µs", "bwd µs", "fwd TFLOP/s", "bwd TFLOP/s"):
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(str(r["seq"]), f"{r['fwd_us']:.1f}", f"{r['bwd_us']:.1f}", f"{r['fwd_tflops']:.2f}",
-                      f"{r['bwd_tflops']:.2f}")
-    console.print(table)
+    columns = [Column("seq"), Column("fwd µs"), Column("bwd µs"), Column("fwd TFLOP/s"), Column("bwd TFLOP/s")]
+    cells = [[str(r["seq"]), f"{r['fwd_us']:.1f}", f"{r['bwd_us']:.1f}", f"{r['fwd_tflops']:.2f}",
+              f"{r['bwd_tflops']:.2f}"] for r in rows]
+    console.print(fitted_table(f"Attention on {env['device']} (heads {heads}, head_dim {head_dim})",
+                               [(columns, cells)]))
 
 
 @app.command("memory")
@@ -210,23 +205,18 @@ def bench_memory(
     if json_out:
         print_json({"device": env["device"], "samples": rows, "measured": measured})
         return
-    table = Table(title=f"Memory copy on {env['device']}", title_justify="left")
-    for col in ("bytes", "µs", "GB/s", "of datasheet"):
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(f"{r['size_bytes']:,}", f"{r['time_us']:.1f}", f"{r['gbps']:.1f}",
-                      "-" if r["of_datasheet"] is None else f"{r['of_datasheet']:.1%}")
-    console.print(table)
+    columns = [Column("bytes"), Column("µs"), Column("GB/s"), Column("of datasheet")]
+    cells = [[f"{r['size_bytes']:,}", f"{r['time_us']:.1f}", f"{r['gbps']:.1f}",
+              "-" if r["of_datasheet"] is None else f"{r['of_datasheet']:.1%}"] for r in rows]
+    console.print(fitted_table(f"Memory copy on {env['device']}", [(columns, cells)]))
 
 
 def _collective_table(title: str, samples: list) -> Table:
-    table = Table(title=title, title_justify="left")
-    for col in ("collective", "ranks", "per node", "bytes", "µs", "algbw GB/s", "busbw GB/s"):
-        table.add_column(col, justify="left" if col == "collective" else "right")
-    for s in samples:
-        table.add_row(s.collective, str(s.ranks), str(s.ranks_per_node), f"{s.size_bytes:,}", f"{s.time_us:.1f}",
-                      f"{s.algbw_gbps:.2f}", f"{s.busbw_gbps:.2f}")
-    return table
+    columns = [Column("collective", left=True), Column("ranks"), Column("per node", "/node"), Column("bytes"),
+               Column("µs"), Column("algbw GB/s", "algbw"), Column("busbw GB/s", "busbw")]
+    cells = [[s.collective, str(s.ranks), str(s.ranks_per_node), f"{s.size_bytes:,}", f"{s.time_us:.1f}",
+              f"{s.algbw_gbps:.2f}", f"{s.busbw_gbps:.2f}"] for s in samples]
+    return fitted_table(title, [(columns, cells)])
 
 
 def _collective_rows(samples: list) -> list[dict[str, Any]]:
@@ -303,10 +293,8 @@ def import_nccl_tests(
     if json_out:
         print_json(doc)
         return
-    table = Table(title=f"{len(samples)} samples from {len(logs)} log(s): α-β fits", title_justify="left")
-    for col in ("collective", "ranks", "per node", "α µs", "busbw GB/s", "rms error"):
-        table.add_column(col, justify="left" if col == "collective" else "right")
-    for f in doc["fits"]:
-        table.add_row(f["collective"], str(f["ranks"]), str(f["ranks_per_node"]), f"{f['alpha_us']:.1f}",
-                      f"{f['busbw_gbps']:.1f}", f"{f['rms_rel_error']:.1%}")
-    console.print(table)
+    columns = [Column("collective", left=True), Column("ranks"), Column("per node", "/node"), Column("α µs"),
+               Column("busbw GB/s", "busbw"), Column("rms error", "rms")]
+    cells = [[f["collective"], str(f["ranks"]), str(f["ranks_per_node"]), f"{f['alpha_us']:.1f}",
+              f"{f['busbw_gbps']:.1f}", f"{f['rms_rel_error']:.1%}"] for f in doc["fits"]]
+    console.print(fitted_table(f"{len(samples)} samples from {len(logs)} log(s): α-β fits", [(columns, cells)]))

@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from parplan._input import check_output, read_yaml, write_yaml
 from parplan.cli._options import ClusterOpt, JsonOpt
-from parplan.cli._output import console, print_json
+from parplan.cli._output import Column, console, fitted_table, print_json
 from parplan.hardware import load_cluster
 from parplan.hardware.presets import preset_names
 from parplan.planner.calibrate import calibrate
@@ -43,12 +42,10 @@ def calibrate_command(
                              zip(result.runs, result.errors_before, result.errors_after, strict=True)],
                     "written_to": str(out) if out else None})
         return
-    table = Table(title=f"Calibration on {spec.name}: throughput error per run", title_justify="left")
-    for col in ("run", "before", "after"):
-        table.add_column(col, justify="left" if col == "run" else "right")
-    for r, b, a in zip(result.runs, result.errors_before, result.errors_after, strict=True):
-        table.add_row(r, f"{b:+.1%}", f"{a:+.1%}")
-    console.print(table)
+    cells = [[r, f"{b:+.1%}", f"{a:+.1%}"]
+             for r, b, a in zip(result.runs, result.errors_before, result.errors_after, strict=True)]
+    console.print(fitted_table(f"Calibration on {spec.name}: throughput error per run",
+                               [([Column("run", left=True, wrap=True), Column("before"), Column("after")], cells)]))
     console.print(f"rms error {result.rms_before:.1%} -> {result.rms_after:.1%} with "
                   + ", ".join(f"{k} = {v:.3f}" for k, v in cal.items())
                   + (f"; wrote {out}" if out else ""), highlight=False)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from parplan.cli._options import JsonOpt
 from parplan.cli._output import Column, console, fitted_table, kv_table, print_json
@@ -63,21 +62,16 @@ def show_hardware(
     ]
     console.print(kv_table(f"Cluster {c.name}", rows))
     if c.measured:
-        measured = Table(title="Measured on this system (hardware profile)", title_justify="left")
-        measured.add_column("field", style="bold")
-        measured.add_column("value")
-        measured.add_column("how")
+        cells = []
         for key, note in c.measured.items():
             section, _, name = key.partition(".")
-            value = getattr(getattr(c, section), name, "")
-            measured.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value), note)
-        console.print(measured)
+            value = getattr(getattr(c, section, None), name, "") if section in ("gpu", "scaleup", "scaleout") else ""
+            cells.append([key, f"{value:.4g}" if isinstance(value, float) else str(value), note])
+        columns = [Column("field", left=True, wrap=True), Column("value", left=True, wrap=True),
+                   Column("how", left=True, wrap=True)]
+        console.print(fitted_table("Measured on this system (hardware profile)", [(columns, cells)]))
     if c.sources:
         title = "Assumed from datasheets and published measurements" if c.measured else "Sources"
-        src = Table(title=title, title_justify="left")
-        src.add_column("field", style="bold")
-        src.add_column("source")
-        for key, value in c.sources.items():
-            if key not in c.measured:
-                src.add_row(key, value)
-        console.print(src)
+        cells = [[key, value] for key, value in c.sources.items() if key not in c.measured]
+        columns = [Column("field", left=True, wrap=True), Column("source", left=True, wrap=True)]
+        console.print(fitted_table(title, [(columns, cells)]))
