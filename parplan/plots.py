@@ -204,7 +204,8 @@ def plot_estimate(est: Estimate, path: str) -> None:
     ax_time, ax_mem = fig.subplots(1, 2, width_ratios=(1.3, 1))
     fig.suptitle(f"{est.model} on {est.gpus}× {est.cluster}: {est.strategy.describe(est.gpus)}\n"
                  f"{est.step_time_s:.3g} s/step, {est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {est.mfu:.1%}, "
-                 f"{est.required_gib:.1f} of {est.capacity_gib:g} GiB needed", fontsize=12)
+                 f"{est.required_gib:.1f} of {est.capacity_gib:g} GiB needed", fontsize=12,
+                 parse_math=False)  # names come from files: a '$' in one is text, not TeX
     _time_panel(ax_time, est)
     _memory_panel(ax_mem, est)
     _save(fig, path)
@@ -234,7 +235,7 @@ def plot_scaling(rows: list[dict[str, float]], path: str, title: str) -> None:
     speedup = [r["speedup"] for r in rows]
     efficiency = [100 * r["efficiency"] for r in rows]
     ax_speed, ax_eff = fig.subplots(1, 2)
-    fig.suptitle(title, fontsize=12)
+    fig.suptitle(title, fontsize=12, parse_math=False)  # names come from files: a '$' is text, not TeX
 
     ax_speed.plot(gpus, [r["ideal"] for r in rows], "--", color="grey", label="ideal (linear)")
     ax_speed.plot(gpus, speedup, "o-", color="#4c72b0", label="predicted (points labelled in tokens/s)")

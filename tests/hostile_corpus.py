@@ -384,8 +384,15 @@ def model_yaml_cases() -> list[Case]:
         ("moe", YAML_MODEL), ("mla", YAML_MLA), ("dense", set_path(YAML_MODEL, "moe", DELETE)),
         ("layer-freq-beyond-layers", set_path(YAML_MODEL, "moe.layer_freq", 9)),
         ("sliding-window", set_path(YAML_MODEL, "attention.sliding_window", 128)),
+        ("markup-in-name", set_path(YAML_MODEL, "name", "[/]x[bold")),
     ]
     out += [Case("model-yaml", name, explain, 0, "step time", dump_yaml(doc)) for name, doc in valid]
+    out += [
+        Case("model-yaml", "markup-in-name-plan", ("plan", "-m", "{f}", "-c", "h100", "-n", "8", "--gbs", "8"), 0,
+             "[/]x[bold", dump_yaml(set_path(YAML_MODEL, "name", "[/]x[bold"))),
+        Case("model-yaml", "tex-in-name-plot", (*explain, "--plot", "{tmp}/p.png"), 0, "wrote",
+             dump_yaml(set_path(YAML_MODEL, "name", "$\\frac{$")), absent=("{tmp}/p.png.tmp",)),
+    ]
     out += file_level_cases("model-yaml-file", show, ".yaml", dump_yaml(YAML_MODEL))
     return out
 
@@ -444,6 +451,8 @@ def cluster_cases() -> list[Case]:
              dump_yaml(set_path(override, "base", "h1000"))),
         Case("cluster", "base-list", explain, 1, "field 'base'", dump_yaml(set_path(override, "base", ["h100"]))),
         Case("cluster", "override-valid", explain, 0, "step time", dump_yaml(override)),
+        Case("cluster", "markup-everywhere", show, 0, "[/]name", dump_yaml(
+            {**override, "name": "[/]name", "description": "[red]", "sources": {"[/]": "[/]"}})),
         Case("cluster", "full-valid", explain, 0, "step time", dump_yaml(full)),
         Case("cluster", "fits-garbage-ignored", show, 0, "mine",
              dump_yaml(set_path(override, "fits.gemm", {"sets": 5}))),
@@ -506,6 +515,7 @@ def runs_cases() -> list[Case]:
     out += [
         Case("runs", "id-list-named-by-position", validate, 1, "field '#0.id'", _runs(set_path(RUN, "id", ["x"]))),
         Case("runs", "preset-model", validate, 0, "mine", _runs(RUN)),
+        Case("runs", "markup-in-id", validate, 0, "[/]x", _runs(set_path(RUN, "id", "[/]x"))),
         Case("runs", "model-file-beside", validate, 0, "mine", _runs(set_path(RUN, "model", "m.json")),
              files={"models/m.json": json.dumps(_hf("llama3.1-8b"))}),
         Case("runs", "model-file-broken", validate, 1, "m.json", _runs(set_path(RUN, "model", "m.json")),
@@ -579,6 +589,8 @@ def expert_count_cases() -> list[Case]:
         Case("expert-counts", "csv-ragged", args, 1, "first row", row + "1,2,3\n", ".csv"),
         Case("expert-counts", "csv-empty", args, 1, "input.csv", "", ".csv"),
         Case("expert-counts", "csv-all-zero", args, 1, "input.csv", "0,0,0,0,0,0,0,0\n", ".csv"),
+        Case("expert-counts", "csv-field-over-limit", args, 1, "not valid CSV", "1" * 200_000 + "\n", ".csv"),
+        Case("expert-counts", "csv-open-quote", args, 1, "not a number", '"1,2\n', ".csv"),
         Case("expert-counts", "json-valid", args, 0, "imbalance", json.dumps({"counts": [[1] * 8]}), ".json"),
         Case("expert-counts", "json-strings", args, 1, "not a number", json.dumps([["a"] * 8]), ".json"),
         Case("expert-counts", "json-nan", args, 1, "finite", "[" + ",".join(["NaN"] * 8) + "]", ".json"),

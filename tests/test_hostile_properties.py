@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hostile_corpus import RUN, YAML_MODEL, _hf, set_path
+from hostile_corpus import PLAN, RUN, YAML_MODEL, _hf, set_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +18,7 @@ from parplan.cli import main
 VALUES = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-3, max_value=70_000), st.integers(),
     st.floats(allow_nan=True, allow_infinity=True), st.floats(min_value=0.001, max_value=1e6),
-    st.text(max_size=6), st.sampled_from(["llama", "h100", "bf16", "1f1b", "rmsnorm", "yes", "1e3"]),
+    st.text(max_size=6), st.sampled_from(["llama", "h100", "bf16", "1f1b", "rmsnorm", "yes", "1e3", "[/]", "$\\x$"]),
     st.lists(st.integers(min_value=-2, max_value=64), max_size=3),
     st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
 )
@@ -101,3 +101,19 @@ def test_random_nccl_logs_never_reach_the_catch_all(text, tmp_path, capsys):
     path = Path(tmp_path) / "log.txt"
     path.write_text("# Collective test starting: all_reduce_perf\n" + text)
     _check(["hardware", "import-nccl-tests", str(path)], capsys)
+
+
+@SETTINGS
+@given(doc=_mutated(PLAN))
+def test_random_saved_plans_never_reach_the_catch_all(doc, tmp_path, capsys):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(doc))
+    _check(["export", str(path), "-f", "megatron"], capsys)
+
+
+@SETTINGS
+@given(rows=st.lists(st.lists(VALUES, min_size=1, max_size=9), min_size=1, max_size=3))
+def test_random_expert_counts_never_reach_the_catch_all(rows, tmp_path, capsys):
+    path = tmp_path / "counts.json"
+    path.write_text(json.dumps({"counts": rows}))
+    _check(["explain", "-m", "mixtral-8x7b", "-c", "h100", "-n", "8", "--ep", "8", "--expert-load", str(path)], capsys)

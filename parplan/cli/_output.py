@@ -22,8 +22,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-console = Console()
+console = Console(markup=False)
+"""What people read on stdout. No markup: model, cluster and run names come from files, and '[/]' in one
+would otherwise be read as a style tag (or fail to parse)."""
 err_console = Console(stderr=True)
+"""Errors and progress on stderr; messages escape the user's text (rich.markup.escape) where they style."""
 
 
 def _plain(value: Any) -> Any:
