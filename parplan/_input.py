@@ -64,16 +64,37 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """libyaml's loader when PyYAML was built with it (several times faster); the same safe constructors."""
 
 
+def kind(path: str | Path) -> str:
+    """'missing', 'file' (a regular file), 'dir' or 'other' (a device, FIFO, socket), following links; a name
+    the system cannot look up (too long, a NUL character from a YAML escape, a link loop) is a ConfigError
+    naming it, where Path.exists would raise."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot look up this path ({getattr(e, 'strerror', None) or e})", file=str(path)) from None
+    return "dir" if stat.S_ISDIR(mode) else ("file" if stat.S_ISREG(mode) else "other")
+
+
+def exists(path: str | Path) -> bool:
+    """Whether something is at `path` (see `kind` for names that cannot be looked up)."""
+    return kind(path) != "missing"
+
+
 def read_text(path: str | Path, errors: str = "strict", max_bytes: int = MAX_FILE_BYTES) -> str:
     """The text of the regular file at `path` (UTF-8, a byte-order mark dropped); anything else is a
     ConfigError naming the file. `errors="replace"` tolerates stray non-UTF-8 bytes (log files)."""
     file = str(path)
+    found = kind(path)
+    if found == "missing":
+        raise ConfigError("no such file", file=file)
+    if found == "dir":
+        raise ConfigError("is a directory, expected a file", file=file)
+    if found == "other":
+        raise ConfigError("is not a regular file (a device, FIFO or socket)", file=file)
     try:
         info = os.stat(path)
-        if stat.S_ISDIR(info.st_mode):
-            raise ConfigError("is a directory, expected a file", file=file)
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError("is not a regular file (a device, FIFO or socket)", file=file)
         if info.st_size > max_bytes:
             raise ConfigError(f"is {info.st_size:,} bytes; files over {max_bytes:,} bytes are refused", file=file)
         with open(path, "rb") as f:
@@ -227,15 +248,16 @@ def check_output(path: str | Path) -> Path:
     special file, in an existing folder that accepts new files. Returns the Path."""
     path = Path(path).expanduser()
     target = str(path)
-    if path.is_dir():
+    found = kind(path)
+    if found == "dir":
         raise ConfigError("is a directory; give a file name", file=target)
-    if path.exists() and not path.is_file():
+    if found == "other":
         raise ConfigError("is not a regular file (a device, FIFO or socket); give a file name", file=target)
-    folder = path.parent
-    if not folder.is_dir():
-        raise ConfigError(f"the folder {folder} does not exist" if not folder.exists()
-                          else f"{folder} is not a folder", file=target)
-    _probe_folder(folder, target)
+    folder = kind(path.parent)
+    if folder != "dir":
+        raise ConfigError(f"the folder {path.parent} does not exist" if folder == "missing"
+                          else f"{path.parent} is not a folder", file=target)
+    _probe_folder(path.parent, target)
     return path
 
 
@@ -244,12 +266,12 @@ def check_output_dir(path: str | Path) -> Path:
     new one whose nearest existing ancestor is a writable folder. Returns the Path."""
     path = Path(path).expanduser()
     target = str(path)
-    if path.exists() and not path.is_dir():
+    if kind(path) not in ("missing", "dir"):
         raise ConfigError("exists and is not a folder; give a folder for the files", file=target)
     ancestor = path
-    while not ancestor.exists():
+    while kind(ancestor) == "missing":
         ancestor = ancestor.parent
-    if not ancestor.is_dir():
+    if kind(ancestor) != "dir":
         raise ConfigError(f"{ancestor} is not a folder", file=target)
     _probe_folder(ancestor, target)
     return path

@@ -25,10 +25,10 @@ class ConfigError(ParplanError):
         self.rule = message
         """The message without the file and field it is about."""
         where = ""
-        if file:
-            where = f"{file}: "
+        if file:  # a name with control characters (a NUL from a YAML escape) is quoted, not printed raw
+            where = f"{file}: " if file.isprintable() else f"{file!r}: "
         if field:
-            where += f"field '{field}': "
+            where += f"field '{field}': " if field.isprintable() else f"field {field!r}: "
         super().__init__(where + message)
 
 

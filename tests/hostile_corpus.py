@@ -198,6 +198,8 @@ def file_level_cases(kind: str, args: tuple[str, ...], suffix: str, valid: str, 
         Case(kind, "directory", tuple(a.replace("{f}", "{tmp}") for a in args), 1, "directory"),
         Case(kind, "device", tuple(a.replace("{f}", "/dev/null") for a in args), 1, "/dev/null"),
         Case(kind, "proc", tuple(a.replace("{f}", "/proc/self/status") for a in args), 1, "status"),
+        Case(kind, "name-too-long", tuple(a.replace("{f}", "{tmp}/" + "n" * 5000 + suffix) for a in args), 1,
+             "nnnn"),
     ]
     if yaml_like:
         cases += [
@@ -516,6 +518,10 @@ def runs_cases() -> list[Case]:
         Case("runs", "id-list-named-by-position", validate, 1, "field '#0.id'", _runs(set_path(RUN, "id", ["x"]))),
         Case("runs", "preset-model", validate, 0, "mine", _runs(RUN)),
         Case("runs", "markup-in-id", validate, 0, "[/]x", _runs(set_path(RUN, "id", "[/]x"))),
+        Case("runs", "nul-in-model-path", validate, 1, "field 'mine.model'", _runs(RUN).replace(
+            "model: llama3.1-8b", 'model: "x\\0y.json"')),
+        Case("runs", "nul-in-cluster", validate, 1, "field 'mine.cluster'", _runs(RUN).replace(
+            "cluster: h100", 'cluster: "h\\0"')),
         Case("runs", "model-file-beside", validate, 0, "mine", _runs(set_path(RUN, "model", "m.json")),
              files={"models/m.json": json.dumps(_hf("llama3.1-8b"))}),
         Case("runs", "model-file-broken", validate, 1, "m.json", _runs(set_path(RUN, "model", "m.json")),
@@ -786,6 +792,8 @@ def output_cases() -> list[Case]:
         Case("output", "plot-under-a-file", (*explain, "--plot", "{tmp}/f.txt/x.png"), 1, "not a folder",
              files={"f.txt": "x"}),
         Case("output", "plot-proc", (*explain, "--plot", "/proc/x.png"), 1, "cannot write"),
+        Case("output", "plot-name-too-long", (*explain, "--plot", "{tmp}/" + "p" * 5000 + ".png"), 1, "pppp"),
+        Case("output", "export-out-name-too-long", (*export, "--out", "{tmp}/" + "o" * 5000), 1, "oooo", plan, ".json"),
         Case("output", "plot-device", (*explain, "--plot", "/dev/null"), 1, "not a regular file"),
         Case("output", "plot-no-suffix", (*explain, "--plot", "{tmp}/chart"), 0, "chart"),
         Case("output", "plot-svg", (*explain, "--plot", "{tmp}/chart.svg"), 0, "chart.svg"),

@@ -13,7 +13,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from parplan._input import check_output, read_text
+from parplan._input import check_output, exists, read_text
 from parplan.cli._options import JsonOpt, int_spec
 from parplan.cli._output import Column, console, err_console, fitted_table, print_json
 from parplan.errors import ConfigError
@@ -56,7 +56,7 @@ def _check_out(out: Path | None, env: dict[str, Any] | None = None) -> None:
         raise ConfigError("a CPU run is not fitted into a GPU profile, so nothing would be written: run on a GPU "
                           "or drop --out", file=str(out))
     check_output(out)
-    if out.exists():
+    if exists(out):
         from parplan.hardware.profile import read_profile
 
         read_profile(out)

@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from parplan._input import read_yaml
+from parplan._input import exists, read_yaml
 from parplan._mapping import Fields, dataclass_from_mapping
 from parplan._resources import data_dir
 from parplan.errors import ConfigError, UnknownPresetError
@@ -114,7 +114,7 @@ def load_cluster(name_or_path: str | Path | ClusterSpec, *, gpus: int | None = N
             spec = _preset(text.lower())
         else:
             path = Path(text).expanduser()
-            if path.exists():  # the door reports a directory, a device or a binary file as such
+            if exists(path):  # the door reports a directory, a device or a binary file as such
                 spec = cluster_from_dict(_read_yaml(path), file=str(path))
             elif path.suffix in (".yaml", ".yml") or "/" in text:
                 raise ConfigError("no such file", file=text)

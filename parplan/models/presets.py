@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from parplan._input import read_text
+from parplan._input import exists, read_text
 from parplan._resources import data_dir
 from parplan.errors import ConfigError, UnknownPresetError
 from parplan.models.hf import load_hf_config
@@ -44,7 +44,7 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     if text.lower() in names:
         return _load_preset(text.lower())
     path = Path(text).expanduser()
-    if path.exists():
+    if exists(path):
         return load_model_file(path)
     if path.suffix in (".json", ".yaml", ".yml") or "/" in text:
         raise ConfigError("no such file", file=text)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from parplan._input import read_yaml
+from parplan._input import exists, read_yaml
 from parplan._mapping import Fields, dataclass_from_mapping, shown
 from parplan._resources import data_dir
 from parplan.errors import ConfigError, ParplanError
@@ -96,14 +96,14 @@ class RunResult:
 def _cluster_ref(name: str, runs_file: Path) -> str:
     """A preset name, or a cluster file under clusters/ beside the runs file (a run's own network)."""
     local = runs_file.parent / "clusters" / f"{name}.yaml"
-    return str(local) if local.is_file() else name
+    return str(local) if exists(local) else name
 
 
 def _model_ref(name: str, runs_file: Path) -> str:
     """A model file under models/ beside the runs file, a path (relative to the runs file or absolute), or
     else a preset name, as --model takes."""
     for candidate in (runs_file.parent / "models" / name, runs_file.parent / name, Path(name).expanduser()):
-        if candidate.exists():
+        if exists(candidate):
             return str(candidate)
     return name
 
@@ -144,13 +144,13 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
         if strat.has("dp") and strat.int("dp") != strategy.dp(gpus):
             raise strat.error("dp", f"dp={strat.data['dp']}, but {gpus} GPUs / (tp·pp·cp = "
                                     f"{strategy.tp * strategy.pp * strategy.cp}) = {strategy.dp(gpus)}")
-        model_ref = _model_ref(f.str("model"), path)
-        cluster = _cluster_ref(f.str("cluster"), path)
+        model_name, cluster_name = f.str("model"), f.str("cluster")
         try:
-            model = load_model(model_ref)
+            model = load_model(_model_ref(model_name, path))
         except ParplanError as e:
             raise f.error("model", f"cannot read the model: {e}") from None
         try:
+            cluster = _cluster_ref(cluster_name, path)
             load_cluster(cluster, gpus=gpus)
         except ParplanError as e:
             raise f.error("cluster", f"cannot read the cluster: {e}") from None

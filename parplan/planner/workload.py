@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from parplan._input import exists
 from parplan._mapping import as_float
 from parplan.errors import ConfigError
 from parplan.models.spec import ModelSpec
@@ -60,7 +61,7 @@ def parse_expert_load(spec: str | None, model: ModelSpec) -> Workload:
             raise ConfigError(f"expected zipf:<exponent>, an exponent in 0..100, got {spec!r}", field="expert_load")
         return Workload(experts.expert_load("zipf", model.moe.experts, zipf_a=a), name=f"zipf({a:g})")
     path = Path(spec)
-    if not path.exists():
+    if not exists(path):
         raise ConfigError("no such file (expected uniform, zipf[:a] or a counts file)", file=spec,
                           field="expert_load")
     counts = experts.load_counts_file(path)
