@@ -57,6 +57,8 @@ class Case:
     """More files written into the case's folder, by name."""
     absent: tuple[str, ...] = ()
     """Paths (with placeholders) that must not exist once the command has run: no partial output."""
+    requires: str = ""
+    """A module the case needs (torch for bench); the case is skipped without it."""
 
     @property
     def id(self) -> str:
@@ -752,6 +754,7 @@ def cli_cases() -> list[Case]:
         ("bench-tokens-word", ("bench", "gemm", "--tokens", "many"), "--tokens"),
         ("bench-seq-zero", ("bench", "attention", "--seq", "0"), "--seq"),
         ("bench-repeats-zero", ("bench", "gemm", "--repeats", "0"), "--repeats"),
+        ("bench-backend-unknown", ("bench", "comm", "--backend", "mpi", "--sizes", "1K"), "--backend"),
         ("nonsense-command", ("frobnicate",), "frobnicate"),
         ("models-show-no-name", ("models", "show"), "NAME"),
     ]
@@ -772,6 +775,15 @@ def cli_cases() -> list[Case]:
         Case("cli", "explain-layers-below-stages", ("explain", "-m", "gpt2", "-c", "h100", "-n", "16", "--pp", "16",
                                                    "--vpp", "2", "--gbs", "64"), 1, "virtual stages"),
         Case("cli", "validate-unknown-tier", ("validate", "--tier", "Z"), 0, "all"),
+        Case("cli", "bench-device-typo", ("bench", "memory", "--device", "gpu0"), 1, "unknown device",
+             requires="torch"),
+        Case("cli", "bench-device-meta", ("bench", "attention", "--device", "meta", "--seq", "64"), 1, "meta",
+             requires="torch"),
+        Case("cli", "bench-cuda-absent", ("bench", "memory", "--device", "cuda:64"), 1, "cuda:64", requires="torch"),
+        Case("cli", "bench-dtype-unknown", ("bench", "gemm", "--device", "cpu", "--dtype", "int4", "--model", "gpt2",
+                                            "--tokens", "16"), 1, "unknown dtype", requires="torch"),
+        Case("cli", "bench-cpu-out", ("bench", "memory", "--device", "cpu", "--out", "{tmp}/p.yaml"), 1, "CPU run",
+             absent=("{tmp}/p.yaml",), requires="torch"),
     ]
     return out
 

@@ -50,6 +50,8 @@ def run_case(case: Case, folder: Path, capsys) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_hostile_case(case: Case, tmp_path, capsys):
+    if case.requires:
+        pytest.importorskip(case.requires)
     folder = tmp_path / "case"
     folder.mkdir()
     code, out, err = run_case(case, folder, capsys)

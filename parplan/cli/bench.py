@@ -244,6 +244,8 @@ def bench_comm(
     from parplan.hardware.bench import environment
     from parplan.hardware.bench.comm import run_comm
 
+    if backend not in (None, "nccl", "gloo"):
+        raise typer.BadParameter("must be nccl or gloo", param_hint="--backend")
     names = [c.strip() for c in collectives.split(",")]
     message_sizes = _sizes(sizes) if sizes else None
     load_cluster(cluster)
