@@ -1,66 +1,142 @@
-"""Search speed of `parplan plan` (issue 4 targets): prints figures, asserts nothing.
+"""Search speed of `parplan plan` on the two headline searches (issue #18 targets): prints figures, asserts nothing.
 
-    python benchmarks/search_speed.py            # llama3.1-405b on 16384 h100, gbs 2048, seq 8192
-    python benchmarks/search_speed.py --scalar 2000   # also time the per-layout scalar path on 2000 layouts
+    python benchmarks/search_speed.py                   # both searches, 3 rounds each
+    python benchmarks/search_speed.py --only llama --rounds 5
+    python benchmarks/search_speed.py --exhaustive      # also the unbounded search, to compare its best
 
-Reports: whole-command wall time (a subprocess, interpreter start included) and its peak RSS, layouts
-considered per second by the search, and the speed-up over calling `evaluate` once per layout.
+For each search: valid layouts, how many were costed and how many skipped by proof (a block's step-time
+bound above the plans found), the search's own seconds in-process, the whole command's wall time in a fresh
+process (interpreter start-up and imports included), its CPU seconds (all processes) and its peak resident
+memory (all its processes summed, sampled every 20 ms; copy-on-write pages shared by the forked workers
+count once per process, so this overstates). Other processes on a shared machine slow every figure: the
+load average is printed before and after, and each figure is the median over the rounds with its range.
+
+Targets (2 cores): llama3.1-405b on 16,384 H100 <= 1.0 s wall with start-up and >= 3 M layouts/s settled;
+DeepSeek-V3 on 2,048 H800 fp8 <= 10 s wall, with the exhaustive search's best layout; peak RSS <= 1 GiB.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-import numpy as np
+SEARCHES = {
+    "llama": ("llama3.1-405b", "h100", 16384, 2048, 8192, "bf16"),
+    "deepseek": ("deepseek-v3", "h800", 2048, 15360, 4096, "fp8"),
+}
+EXHAUSTIVE_BEST = {
+    # `parplan plan ... --json` at commit b001c13, before any bound (every layout costed; 92 s on a quiet
+    # machine, 210 s under load): the plans the bounded search must reproduce.
+    "llama": {"tp": 8, "pp": 16, "cp": 2, "vpp": 7, "zero": 1, "sp": True, "recompute": "none", "mbs": 1,
+              "schedule": "interleaved", "tp_overlap": True, "step_time_s": 4.794093958167205},
+    "deepseek": {"tp": 2, "pp": 4, "cp": 1, "ep": 64, "etp": 1, "vpp": 2, "zero": 1, "sp": True,
+                 "recompute": "modules", "mbs": 1, "schedule": "dualpipev", "tp_overlap": True,
+                 "dispatch": "deepep-fp8", "ep_overlap": False, "step_time_s": 16.391195855731276},
+}
 
 
-def _command(args: argparse.Namespace) -> tuple[float, float]:
-    cmd = [sys.executable, "-m", "parplan", "plan", "--model", args.model, "--cluster", args.cluster,
-           "--gpus", str(args.gpus), "--gbs", str(args.gbs), "--seq", str(args.seq), "--json"]
+def _tree(pid: int) -> list[int]:
+    """The process and its descendants (Linux /proc)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                todo += [int(c) for c in task.read_text().split()]
+            except OSError:
+                continue
+    return out
+
+
+def _rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _command(args: tuple) -> tuple[float, float, float]:
+    """(wall s, CPU s of the command and its workers, peak summed RSS MiB) of `parplan plan ... --json`."""
+    model, cluster, gpus, gbs, seq, precision = args
+    cmd = [sys.executable, "-m", "parplan", "plan", "--model", model, "--cluster", cluster, "--gpus", str(gpus),
+           "--gbs", str(gbs), "--seq", str(seq), "--precision", precision, "--json"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, sum(_rss_kib(p) for p in _tree(proc.pid)))
+        time.sleep(0.02)
     wall = time.perf_counter() - start
-    rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return wall, rss_kib / 1024
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, peak / 1024
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    return f"{format(statistics.median(values), fmt)} ({format(min(values), fmt)}-{format(max(values), fmt)})"
+
+
+def _same(best, expected: dict) -> bool:
+    s = best.strategy
+    return all(getattr(s, k) == v for k, v in expected.items() if k != "step_time_s") and abs(
+        best.step_time_s - expected["step_time_s"]) <= 1e-9 * expected["step_time_s"]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="llama3.1-405b")
-    ap.add_argument("--cluster", default="h100")
-    ap.add_argument("--gpus", type=int, default=16384)
-    ap.add_argument("--gbs", type=int, default=2048)
-    ap.add_argument("--seq", type=int, default=8192)
-    ap.add_argument("--scalar", type=int, default=1000, help="layouts to time through the scalar path")
+    ap.add_argument("--only", choices=sorted(SEARCHES))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--exhaustive", action="store_true", help="also run the unbounded search once (slow)")
     args = ap.parse_args()
 
-    from parplan import evaluate, load_cluster, load_model
-    from parplan.planner.search import SearchSpace, enumerate_layouts, plan
+    from parplan import load_cluster, load_model
+    from parplan.planner.search import SearchSpace, plan
 
-    model, cluster = load_model(args.model), load_cluster(args.cluster, gpus=args.gpus)
-    wall, rss = _command(args)
-    result = plan(model, cluster, gbs=args.gbs, seq=args.seq)
-    rate = result.evaluated / result.search_seconds
-    print(f"model {args.model} on {args.gpus}x {args.cluster}, gbs {args.gbs}, seq {args.seq}")
-    print(f"valid layouts          {result.evaluated:,} ({result.feasible:,} fit in memory)")
-    print(f"search time            {result.search_seconds:.2f} s in-process -> {rate:,.0f} layouts/s")
-    print(f"whole command          {wall:.2f} s wall (interpreter start included), peak RSS {rss:.0f} MiB")
-
-    layouts = next(enumerate_layouts(model, cluster, args.gbs, args.seq, SearchSpace()))
-    pick = np.linspace(0, len(layouts) - 1, min(args.scalar, len(layouts))).astype(int)
-    strategies = [layouts.strategy(int(i)) for i in pick]
-    start = time.perf_counter()
-    for s in strategies:
-        evaluate(model, cluster, s)
-    scalar = (time.perf_counter() - start) / len(strategies)
-    print(f"scalar path            {scalar * 1e3:.2f} ms per layout (evaluate() one at a time)")
-    print(f"vectorised / scalar    {rate * scalar:,.0f}x")
-    best = result.plans[0]
-    print(f"best                   {best.strategy.as_dict(args.gpus)} -> {best.tokens_per_s_per_gpu:,.1f} tok/s/GPU")
+    print(f"{os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f} at start")
+    for name, spec in SEARCHES.items():
+        if args.only and name != args.only:
+            continue
+        model_name, cluster_name, gpus, gbs, seq, precision = spec
+        model, cluster = load_model(model_name), load_cluster(cluster_name, gpus=gpus)
+        space = SearchSpace(precision=(precision,))
+        inside, walls, cpus, rss = [], [], [], []
+        for _ in range(args.rounds):
+            result = plan(model, cluster, gbs=gbs, seq=seq, space=space)
+            inside.append(result.search_seconds)
+            wall, cpu, peak = _command(spec)
+            walls.append(wall)
+            cpus.append(cpu)
+            rss.append(peak)
+        rate = result.evaluated / statistics.median(walls)
+        print(f"\n{model_name} on {gpus:,}x {cluster_name}, gbs {gbs}, seq {seq}, {precision}")
+        print(f"  valid layouts        {result.evaluated:,}: {result.costed:,} costed ({result.feasible:,} fit), "
+              f"{result.skipped:,} skipped by proof")
+        print(f"  in-process search    {_spread(inside, '.2f')} s")
+        print(f"  whole command        {_spread(walls, '.2f')} s wall with start-up -> {rate / 1e6:,.1f} M layouts/s "
+              f"settled; CPU {_spread(cpus, '.2f')} s (all processes)")
+        print(f"  peak RSS             {_spread(rss, '.0f')} MiB (all processes summed)")
+        best = result.plans[0]
+        print(f"  best                 {best.strategy.describe(gpus)} -> {best.step_time_s:.4f} s, "
+              f"{best.tokens_per_s_per_gpu:,.1f} tok/s/GPU; the exhaustive search's best (b001c13): "
+              f"{'same' if _same(best, EXHAUSTIVE_BEST[name]) else 'DIFFERENT'}")
+        if args.exhaustive:
+            full = plan(model, cluster, gbs=gbs, seq=seq, space=space, bound=False)
+            print(f"  unbounded search     {full.search_seconds:.1f} s; best "
+                  f"{'same' if full.plans[0].strategy == best.strategy else 'DIFFERENT'}")
+    print(f"\nload average {os.getloadavg()[0]:.2f} at end")
 
 
 if __name__ == "__main__":

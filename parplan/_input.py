@@ -308,7 +308,9 @@ def write_text(path: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def write_yaml(path: str | Path, data: Any) -> None:
+def write_yaml(path: str | Path, data: Any, *, block: bool = False) -> None:
     """Write `data` as YAML in parplan's layout, atomically: keys in their order, the innermost mappings and
-    lists on one line each (hundreds of measured samples stay readable)."""
-    write_text(path, yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=4096))
+    lists on one line each (hundreds of measured samples stay readable), or every mapping in block style
+    (`block`, for files people read field by field, such as stack files)."""
+    write_text(path, yaml.safe_dump(data, sort_keys=False, default_flow_style=False if block else None,
+                                    width=4096, allow_unicode=True))

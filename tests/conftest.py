@@ -10,6 +10,10 @@ import pytest
 from parplan.cli import main
 from parplan.models import load_model
 
+ANY_STACK = str(Path(__file__).parent / "data" / "stacks" / "any-layout.yaml")
+"""A stack file with Megatron-Core's physics that runs every layout the Strategy rules allow: for properties
+of the cost model over layouts no single real stack runs."""
+
 
 @pytest.fixture
 def run_cli(capsys):

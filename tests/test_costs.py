@@ -7,9 +7,11 @@ import json
 
 import numpy as np
 import pytest
+from conftest import ANY_STACK
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from parplan._resources import data_dir
 from parplan.errors import ConfigError, InvalidStrategyError
 from parplan.hardware import load_cluster
 from parplan.hardware.efficiency import Collective, collective_time
@@ -184,9 +186,9 @@ def test_scalar_and_vectorised_paths_agree():
     """evaluate() on one layout equals the batch path on a batch containing it (one formula, one place)."""
     model, cluster = load_model("llama3.1-8b"), load_cluster("h100", gpus=64)
     strategies = _valid_layouts(model, cluster, n=60)
-    ev = evaluate_layouts(model, cluster, Layouts.from_strategies(strategies))
+    ev = evaluate_layouts(model, cluster, Layouts.from_strategies(strategies), stack=ANY_STACK)
     for i in (0, 17, 42, 59):
-        one = evaluate(model, cluster, strategies[i])
+        one = evaluate(model, cluster, strategies[i], stack=ANY_STACK)
         assert one.step_time_s == pytest.approx(float(ev.step_time_s[i]), rel=1e-12)
         assert one.memory_gib == pytest.approx(float(ev.memory_gib[i]), rel=1e-12)
 
@@ -200,7 +202,7 @@ def test_raising_zero_never_raises_memory(tp, pp, mbs, recompute, seq):
     for zero in range(4):
         s = Strategy(tp=tp, pp=pp, mbs=mbs, recompute=recompute, seq=seq, gbs=256, zero=zero)
         s.check(model, cluster)
-        mems.append(evaluate(model, cluster, s).memory_gib)
+        mems.append(evaluate(model, cluster, s, stack=ANY_STACK).memory_gib)
     assert all(a >= b - 1e-9 for a, b in itertools.pairwise(mems))
 
 
@@ -214,7 +216,7 @@ def test_adding_recompute_never_lowers_step_time(tp, pp, zero, flash, cp):
         s = Strategy(tp=tp, pp=pp, zero=zero, cp=cp, recompute=recompute, gbs=128, seq=4096,
                      flash_attention=flash or cp > 1)
         s.check(model, cluster)
-        times.append(evaluate(model, cluster, s).step_time_s)
+        times.append(evaluate(model, cluster, s, stack=ANY_STACK).step_time_s)
     # The search's dominance pruning relies on this order (search._DOMINANCE).
     assert all(a <= b + 1e-12 for a, b in itertools.pairwise(times))
 
@@ -224,7 +226,7 @@ def test_positive_and_finite_for_valid_layouts(name):
     model = load_model(name)
     cluster = load_cluster("h100", gpus=64)
     strategies = _valid_layouts(model, cluster, n=60, seed=1)
-    ev = evaluate_layouts(model, cluster, Layouts.from_strategies(strategies))
+    ev = evaluate_layouts(model, cluster, Layouts.from_strategies(strategies), stack=ANY_STACK)
     for arr in (ev.step_time_s, ev.memory_gib, ev.mfu, ev.tokens_per_s_per_gpu):
         assert np.isfinite(arr).all() and (arr > 0).all()
     for comp in ev.time_exposed.values():
@@ -235,18 +237,43 @@ def test_positive_and_finite_for_valid_layouts(name):
 
 @pytest.fixture(scope="module")
 def validation():
+    """The Megatron-Core-era runs (published_runs.yaml), each costed as its own stack."""
+    return validate_runs(load_runs(data_dir("runs") / "published_runs.yaml"))
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """Every shipped run (published_runs.yaml and runs_stacks.yaml), each costed as its own stack."""
     return validate_runs(load_runs())
 
 
-def test_every_published_run_evaluates(validation):
-    assert all(r.estimate is not None for r in validation), [r.error for r in validation if r.error]
+def test_every_shipped_run_evaluates(shipped):
+    # validate_runs raises, naming the run, for one it cannot evaluate: every run reached here has an estimate
+    assert len(shipped) == 216
+
+
+def test_all_runs_tier_a_median_error_target(shipped):
+    """Issue #12 target: over all shipped runs with their stacks, tier-A median |error| <= 10% (7.6% when the
+    stacks landed; the p90 target of 25% is not met: 31%)."""
+    errs = [abs(r.throughput_error) for r in shipped if r.run.tier == "A"]
+    assert np.median(errs) <= 0.10
+
+
+@pytest.mark.parametrize("group", ["bloom_search", "fms_fsdp", "maxtext_gpu", "nanotron_playbook",
+                                   "torchtitan_asynctp", "torchtitan_f8nocompile", "megatron_sc21_zero3"])
+def test_other_stacks_group_median_target(shipped, group):
+    """Issue #12 target: every source group's median |error| <= 20% (these groups meet it; mcore_ci,
+    torchao_e2e and the tier-C olmo_core/opt do not)."""
+    errs = [abs(r.throughput_error) for r in shipped if r.run.group == group]
+    assert errs and np.median(errs) <= 0.20
 
 
 def test_tier_a_median_error_target(validation):
-    """Issue target: tier-A median absolute throughput error ≤ 10%; peak-memory median ≤ 10%."""
+    """Regression guard on the Megatron-era figures: tier-A median absolute throughput error 8.3% before stacks
+    existed (issue #12: must not regress); peak-memory median ≤ 10%."""
     errs = [abs(r.throughput_error) for r in validation if r.run.tier == "A"]
     mems = [abs(r.memory_error) for r in validation if r.memory_error is not None]
-    assert np.median(errs) <= 0.10
+    assert np.median(errs) <= 0.085
     assert mems and np.median(mems) <= 0.10
 
 
@@ -306,7 +333,7 @@ def test_optimizer_step_traffic(zero, pp, adam_share, buffer_share):
     model = _gpt()
     dp = 1 if zero == 0 else 2
     cluster = load_cluster("a100-80gb", gpus=8 * pp * dp)
-    est = evaluate(model, cluster, Strategy(tp=8, pp=pp, zero=zero, sp=True, gbs=4 * dp, seq=2048))
+    est = evaluate(model, cluster, Strategy(tp=8, pp=pp, zero=zero, sp=True, gbs=4 * dp, seq=2048), stack=ANY_STACK)
     stage_params = [st["memory_gib"]["weights"] * 2**30 / 2 for st in est.stages]  # bf16: 2 B per parameter
     nbytes = max(stage_params) * (38 * adam_share + 4 * buffer_share)
     assert est.time_breakdown["optimizer"]["seconds"] == pytest.approx(nbytes / (2.039e12 * 0.85) + 5 * 4e-6,
@@ -370,9 +397,15 @@ def test_interleaved_transfers_wait_without_p2p_overlap():
     assert comm.pp_microbatch(on).total[0] == pytest.approx(comm.pp_microbatch(off).total[0])
 
 
-@pytest.mark.parametrize("kw", [{"pp": 1}, {"pp": 4, "schedule": "1f1b"}, {"pp": 4, "schedule": "dualpipev"}])
-def test_p2p_overlap_normalised_on_where_it_does_nothing(kw):
-    assert Strategy(**kw, p2p_overlap=False).p2p_overlap
+@pytest.mark.parametrize(("kw", "overlaps"), [({"pp": 1}, False), ({"pp": 4, "schedule": "1f1b"}, False),
+                                              ({"pp": 4, "schedule": "zb-h1"}, False),
+                                              ({"pp": 4, "vpp": 2, "schedule": "dualpipev"}, True)])
+def test_p2p_overlap_normalised_where_the_schedule_decides(kw, overlaps):
+    """1F1B and ZB-H1 wait for every transfer (Megatron-LM's validate_args sets overlap_p2p_comm False without
+    virtual stages, megatron/training/arguments.py at d98e8a6), DualPipe(V) always overlaps them: the plan
+    says what it costs, whatever was asked."""
+    assert Strategy(**kw, p2p_overlap=True).p2p_overlap is overlaps
+    assert Strategy(**kw, p2p_overlap=False).p2p_overlap is overlaps
 
 
 @pytest.mark.parametrize("cp", [1, 2])

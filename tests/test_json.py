@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from parplan.cli import command
+from parplan.cli._app import command
 
 NCCL_LOG = Path(__file__).parent / "data" / "nccl_samples" / "h200_2node_16gpu_all_reduce_nccl2.30.txt"
 RUNS = """- id: mine
@@ -46,6 +46,11 @@ def _commands(tmp: Path) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
                                   "--head-dim", "16")],
         ("bench", "memory"): [("bench", "memory", "--device", "cpu")],
         ("bench", "comm"): [("bench", "comm", "--collectives", "all_reduce", "--sizes", "1K,4K")],
+        ("stacks", "list"): [("stacks", "list")],
+        ("stacks", "show"): [("stacks", "show", "deepseek")],
+        ("serve", "explain"): [("serve", "explain", "-m", "llama3.1-8b", "-c", "h100", "--concurrency", "8")],
+        ("serve", "plan"): [("serve", "plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--mode", "aggregated",
+                             "--emit", "vllm")],
     }
 
 

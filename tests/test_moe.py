@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import ANY_STACK
 
 from parplan.errors import InvalidStrategyError
 from parplan.hardware import load_cluster
@@ -19,6 +20,7 @@ from parplan.planner.experts import max_nodes_per_token
 from parplan.planner.moe import moe_section
 from parplan.planner.strategy import DISPATCHERS
 from parplan.planner.workload import UNIFORM, parse_expert_load
+from parplan.stacks import load_stack
 
 MIB = 2.0**20
 
@@ -122,9 +124,12 @@ def test_replica_memory_by_hand():
     base = Strategy(ep=16, gbs=16, seq=1024)
     with_replicas = dataclasses.replace(base, redundant_experts=16)
     expected = 18 * 4 * 3 * 1024 * 2048 / 2**30
-    est = evaluate(TOY, cluster, with_replicas)
-    assert est.memory_gib - evaluate(TOY, cluster, base).memory_gib == pytest.approx(expected, rel=1e-9)
-    assert moe_section(TOY, cluster, est).replica_memory_gib == pytest.approx(expected, rel=1e-9)
+    # EPLB replicas are DeepSeek's (report §3.4): the deepseek stack runs them, Megatron-Core does not.
+    est = evaluate(TOY, cluster, with_replicas, stack="deepseek")
+    assert est.memory_gib - evaluate(TOY, cluster, base, stack="deepseek").memory_gib == pytest.approx(expected,
+                                                                                                      rel=1e-9)
+    assert moe_section(TOY, cluster, est, stack=load_stack("deepseek")).replica_memory_gib == pytest.approx(
+        expected, rel=1e-9)
 
 
 def test_redundant_experts_must_split_evenly():
@@ -150,9 +155,9 @@ def test_overlap_and_fp8_dispatch_never_slow_a_layout():
     model, cluster = load_model("qwen1.5-moe-a2.7b"), load_cluster("h100", gpus=32)
     s = Strategy(tp=2, pp=2, vpp=2, ep=4, gbs=128, seq=4096, schedule="interleaved", precision="fp8",
                  dispatch="deepep")
-    plain = evaluate(model, cluster, s)
-    overlapped = evaluate(model, cluster, dataclasses.replace(s, ep_overlap=True))
-    fp8 = evaluate(model, cluster, dataclasses.replace(s, dispatch="deepep-fp8"))
+    plain = evaluate(model, cluster, s, stack=ANY_STACK)
+    overlapped = evaluate(model, cluster, dataclasses.replace(s, ep_overlap=True), stack=ANY_STACK)
+    fp8 = evaluate(model, cluster, dataclasses.replace(s, dispatch="deepep-fp8"), stack=ANY_STACK)
     assert overlapped.step_time_s <= plain.step_time_s
     assert overlapped.time_breakdown["ep_comm"]["exposed"] < plain.time_breakdown["ep_comm"]["exposed"]
     assert fp8.step_time_s <= plain.step_time_s
@@ -186,7 +191,7 @@ def test_deepseek_v3_tp8_loses_to_its_published_layout():
     published = Strategy(tp=1, pp=16, ep=64, gbs=15360, seq=4096, schedule="dualpipe", precision="fp8",
                          dispatch="deepep-fp8", recompute="modules")
     tp8 = dataclasses.replace(published, tp=8, sp=True, tp_overlap=True)
-    a, b = evaluate(model, cluster, published), evaluate(model, cluster, tp8)
+    a, b = (evaluate(model, cluster, x, stack=ANY_STACK) for x in (published, tp8))
     assert b.step_time_s > 1.15 * a.step_time_s
     gap = b.step_time_s - a.step_time_s
     tp_gap = b.time_breakdown["tp_comm"]["exposed"] - a.time_breakdown["tp_comm"]["exposed"]
@@ -197,7 +202,7 @@ def test_deepseek_v3_tp8_loses_to_its_published_layout():
 
 def test_explain_shows_the_moe_section(run_cli):
     args = ("explain", "-m", "deepseek-v2-lite", "-c", "h100", "-n", "16", "--ep", "16", "--gbs", "64",
-            "--dispatch", "deepep", "--expert-load", "zipf:1.2", "--redundant-experts", "16")
+            "--dispatch", "deepep", "--expert-load", "zipf:1.2", "--redundant-experts", "16", "--stack", "deepseek")
     code, out, err = run_cli(*args, "--json")
     assert code == 0, err
     moe = json.loads(out)["moe"]

@@ -12,6 +12,7 @@ import parplan
 from parplan.errors import ParplanError
 from parplan.planner.estimate import MEMORY_COMPONENTS, Estimate
 from parplan.plots import memory_bars, plot_estimate, plot_scaling, stage_label
+from parplan.stacks import load_stack
 
 
 def _estimate(tp: int, pp: int) -> Estimate:
@@ -43,7 +44,8 @@ def test_dualpipe_labels_count_ranks_instead_of_inventing_ranges():
     """DualPipe rank r holds stages r and p − 1 − r, so ranks 0 and 15 share a pattern: a label 'ranks 0-1'
     would name a rank that holds something else."""
     est = parplan.evaluate(parplan.load_model("deepseek-v3"), parplan.load_cluster("h800", gpus=2048),
-                           parplan.Strategy(pp=16, ep=64, gbs=15360, seq=4096, schedule="dualpipe", precision="fp8"))
+                           parplan.Strategy(pp=16, ep=64, gbs=15360, seq=4096, schedule="dualpipe", precision="fp8"),
+                           stack=load_stack("deepseek"))  # the stack that runs DualPipe
     labels = [stage_label(st) for st in est.stages]
     assert sum(st["ranks"] for st in est.stages) == 16
     assert all("-" not in label for label in labels)

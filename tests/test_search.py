@@ -7,6 +7,7 @@ import itertools
 import json
 
 import pytest
+from conftest import ANY_STACK
 
 from parplan import load_cluster, load_model
 from parplan.cli.explain import explain_args
@@ -16,6 +17,7 @@ from parplan.planner.api import plan as plan_api
 from parplan.planner.api import space_from_options
 from parplan.planner.search import SearchSpace, enumerate_layouts, plan, plan_or_raise
 from parplan.planner.strategy import SCHEDULES
+from parplan.stacks import load_stack
 
 
 def _divisors(n):
@@ -23,7 +25,8 @@ def _divisors(n):
 
 
 def brute_force(model, cluster, gbs, seq, space: SearchSpace):
-    """Every combination of the space's values, checked and evaluated one by one with `evaluate`."""
+    """Every combination of the space's values, checked and evaluated one by one with `evaluate` (as a stack
+    that runs every valid layout)."""
     g = cluster.gpus
     best = None
     count = 0
@@ -50,7 +53,7 @@ def brute_force(model, cluster, gbs, seq, space: SearchSpace):
         except InvalidStrategyError:
             continue
         count += 1
-        est = evaluate(model, cluster, s)
+        est = evaluate(model, cluster, s, stack=ANY_STACK)
         if est.required_gib <= cluster.gpu.hbm_gib * space.max_memory_fraction and (
                 best is None or est.tokens_per_s_per_gpu > best.tokens_per_s_per_gpu + 1e-9):
             best = est
@@ -63,11 +66,13 @@ SMALL = SearchSpace(tp=(1, 2, 4), pp=(1, 2, 4), cp=(1, 2), zero=(0, 3), recomput
 
 @pytest.mark.parametrize(("name", "gpus", "gbs", "seq"), [("qwen3-0.6b", 8, 32, 2048), ("llama3.1-8b", 16, 64, 4096)])
 def test_plan_is_exhaustive_against_brute_force(name, gpus, gbs, seq):
-    """Same number of valid layouts, same best layout and the same predicted time as a scalar brute force."""
+    """Same number of valid layouts, same best layout and the same predicted time as a scalar brute force, with
+    most layouts skipped by the search's bounds rather than costed."""
     model, cluster = load_model(name), load_cluster("h100", gpus=gpus)
     best, count = brute_force(model, cluster, gbs, seq, SMALL)
-    result = plan(model, cluster, gbs=gbs, seq=seq, space=SMALL, top=3)
+    result = plan(model, cluster, gbs=gbs, seq=seq, space=SMALL, top=3, stack=load_stack(ANY_STACK))
     assert result.evaluated == count
+    assert result.skipped > 0  # the bounds proved blocks slower: the pruned path is what is checked
     assert result.plans[0].tokens_per_s_per_gpu == pytest.approx(best.tokens_per_s_per_gpu, rel=1e-12)
     assert result.plans[0].step_time_s == pytest.approx(best.step_time_s, rel=1e-12)
 
@@ -77,8 +82,8 @@ def test_moe_space_against_brute_force():
     space = SearchSpace(tp=(1, 2), pp=(1, 2), cp=(1,), ep=(1, 2, 4), etp=(1, 2), zero=(1,), recompute=("none",),
                         schedule=("1f1b", "dualpipe", "interleaved"), vpp=(1, 2), mbs=(1, 2))
     best, count = brute_force(model, cluster, 64, 4096, space)
-    result = plan(model, cluster, gbs=64, seq=4096, space=space)
-    assert result.evaluated == count
+    result = plan(model, cluster, gbs=64, seq=4096, space=space, stack=load_stack(ANY_STACK))
+    assert result.evaluated == count and result.skipped > 0
     assert result.plans[0].step_time_s == pytest.approx(best.step_time_s, rel=1e-12)
 
 
@@ -219,7 +224,7 @@ def test_cli_plan_for_deepspeed_costs_partitioned_stage_tensors(run_json):
 
 
 @pytest.mark.parametrize(("model", "gpus", "s"), [
-    ("llama3.1-8b", 32, Strategy(tp=2, pp=2, sp=False, pp_scatter_gather=True, zero=0, recompute="full", mbs=2,
+    ("llama3.1-8b", 32, Strategy(tp=2, pp=2, sp=False, pp_scatter_gather=True, zero=0, recompute="blocks:1/4", mbs=2,
                                  gbs=16, seq=2048, schedule="zb-h1", flash_attention=False)),
     ("llama3.1-8b", 32, Strategy(tp=4, pp=2, vpp=2, cp=2, schedule="interleaved", p2p_overlap=False, tp_overlap=True,
                                  zero=2, gbs=8, seq=4096, recompute="selective")),
@@ -228,5 +233,65 @@ def test_cli_plan_for_deepspeed_costs_partitioned_stage_tensors(run_json):
 ])
 def test_explain_args_reproduce_every_strategy_field(run_json, model, gpus, s):
     """The command plan prints to inspect a layout gives explain that very layout, field by field."""
-    doc = run_json("explain", "-m", model, "-c", "h100", "-n", str(gpus), *explain_args(s))
+    doc = run_json("explain", "-m", model, "-c", "h100", "-n", str(gpus), *explain_args(s), "--stack", ANY_STACK)
     assert {k: v for k, v in doc["strategy"].items() if k not in ("dp", "microbatches")} == dataclasses.asdict(s)
+
+
+# ------------------------------------------------------------------------------- bounded work (issue #16)
+
+def test_cli_time_limit_marks_the_plan_incomplete(run_json, run_cli):
+    doc = run_json("plan", "-m", "llama3.1-70b", "-c", "h100", "-n", "512", "--gbs", "512", "--time-limit", "1e-9")
+    assert doc["plans"] and doc["complete"] is False and doc["layouts_left"] > 0
+    code, out, _ = run_cli("plan", "-m", "llama3.1-70b", "-c", "h100", "-n", "512", "--gbs", "512",
+                           "--time-limit", "1e-9")
+    assert code == 0 and "Incomplete" in out and "layouts left" in out
+    done = run_json("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--gbs", "8", "--time-limit", "600")
+    assert done["complete"] is True and done["layouts_left"] == 0
+    for bad in ("0", "-1", "nan", "inf"):
+        assert run_cli("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--gbs", "8", "--time-limit", bad)[0] == 2
+
+
+def test_cli_scale_and_rank_take_a_time_limit(run_json):
+    doc = run_json("scale", "-m", "llama3.1-70b", "-c", "h100", "-n", "256..512", "--gbs", "512",
+                   "--time-limit", "1e-9")
+    assert doc["complete"] is False and all(r["layouts_left"] > 0 for r in doc["rows"])
+    ranks = run_json("validate", "--group", "megatron_sc21_ptdp", "--rank", "--time-limit", "1e-9")["runs"]
+    assert ranks and any(not r["complete"] for r in ranks)
+
+
+@pytest.mark.parametrize(("args", "code", "field"), [
+    # beyond what the options take (limits.MAX_GPUS = 2^24, MAX_BATCH = 2^24): a usage error naming the option
+    (["-m", "llama3.1-8b", "-c", "h100", "-n", "1000000000", "--gbs", "8"], 2, "--gpus"),
+    (["-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--gbs", "1000000000000000", "--seq", "100000"], 2, "--gbs"),
+    # within them, but beyond what a search is sized for: 2,000,000 > 2^20 GPUs, and 2^24 · 2^30 = 2^54 tokens
+    # per step >= 2^53, past what float64 counts exactly
+    (["-m", "llama3.1-8b", "-c", "h100", "-n", "2000000", "--gbs", "8"], 1, "gpus"),
+    (["-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--gbs", "16777216", "--seq", "1073741824"], 1, "gbs"),
+])
+def test_absurd_sizes_are_refused_up_front(run_cli, args, code, field):
+    got, _, err = run_cli("plan", *args)
+    assert got == code and field in err and "Traceback" not in err
+
+
+def test_a_model_too_deep_to_search_is_refused(run_cli, tmp_path):
+    path = tmp_path / "deep.yaml"
+    path.write_text("hidden: 1024\nlayers: 100000\nvocab: 32000\nattention: {heads: 8}\nmlp: {ffn: 4096}\n")
+    code, _, err = run_cli("plan", "-m", str(path), "-c", "h100", "-n", "8", "--gbs", "8")
+    assert code == 1 and "layers" in err
+
+
+def test_ctrl_c_stops_a_search_cleanly():
+    """SIGINT during a long search: one line on stderr, exit 130, no traceback."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "parplan", "plan", "-m", "deepseek-v3", "-c", "h800", "-n", "2048",
+                             "--gbs", "15360", "--seq", "4096", "--precision", "fp8"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip() == "interrupted" and out == ""

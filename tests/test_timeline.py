@@ -210,7 +210,7 @@ def test_explain_timeline_is_the_step_it_explains(run_cli):
     """The DualPipe chart replays one stage per micro-batch, as the cost model does: its makespan is a
     step's pipeline, so it cannot exceed the step time (it once drew twice the step)."""
     args = ("explain", "-m", "deepseek-v3", "-c", "h800", "-n", "2048", "--pp", "16", "--ep", "64", "--gbs",
-            "15360", "--schedule", "dualpipe", "--precision", "fp8", "--timeline")
+            "15360", "--schedule", "dualpipe", "--precision", "fp8", "--stack", "deepseek", "--timeline")
     code, out, _ = run_cli(*args, "--json")
     doc = json.loads(out)
     assert code == 0 and 0 < doc["timeline"]["makespan_s"] <= doc["step_time_s"]

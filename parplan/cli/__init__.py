@@ -1,8 +1,8 @@
-"""The `parplan` command line (typer + rich).
+"""The `parplan` command line (typer + rich; the commands are registered in _app).
 
-Exit codes: 0 ok, 1 error in the input, 2 usage error, 3 no feasible plan. Errors are one message on
-stderr, never a traceback (set PARPLAN_DEBUG=1 to see one). With --json, stdout carries exactly one JSON
-document when the command succeeds and nothing when it fails; everything else goes to stderr
+Exit codes: 0 ok, 1 error in the input, 2 usage error, 3 no feasible plan, 130 interrupted (Ctrl-C). Errors
+are one message on stderr, never a traceback (set PARPLAN_DEBUG=1 to see one). With --json, stdout carries
+exactly one JSON document when the command succeeds and nothing when it fails; everything else goes to stderr
 (`_output.json_mode`).
 """
 
@@ -10,102 +10,20 @@ from __future__ import annotations
 
 import os
 import sys
-from functools import lru_cache
-from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated, Any
 
-import typer
-import typer.main
-from rich.markup import escape
-
-from parplan.cli import _output, bench, hardware, models
-from parplan.cli._output import err_console
-from parplan.cli.calibrate import calibrate_command
-from parplan.cli.explain import explain
-from parplan.cli.export import export_command
-from parplan.cli.plan import plan_command
-from parplan.cli.scale import scale_command
-from parplan.cli.validate import validate
 from parplan.errors import ParplanError
 
-app = typer.Typer(
-    name="parplan",
-    help="Plan how to split an LLM training run over a GPU cluster.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
+INTERRUPTED = 130
+"""Exit code after Ctrl-C (128 + SIGINT, the shell convention)."""
 
 
-def _version(value: bool) -> None:
-    if value:
-        try:
-            number = version("parplan")
-        except PackageNotFoundError:  # run from a source tree that was never installed
-            number = "unknown"
-        _output.console.print(f"parplan {number}", highlight=False)
-        raise typer.Exit()
+def _say(text: str, label: str | None = None) -> None:
+    """One message on stderr, after a red `label:` when given."""
+    from rich.markup import escape
 
+    from parplan.cli._output import err_console
 
-@app.callback()
-def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                                help="Print the version and exit.")] = False) -> None:
-    """Plan how to split an LLM training run over a GPU cluster."""
-
-
-app.add_typer(models.app, name="models")
-app.add_typer(hardware.app, name="hardware")
-app.command("plan")(plan_command)
-app.command("explain")(explain)
-app.command("scale")(scale_command)
-app.command("validate")(validate)
-app.command("export")(export_command)
-app.command("calibrate")(calibrate_command)
-app.add_typer(bench.app, name="bench")
-hardware.app.command("import-nccl-tests")(bench.import_nccl_tests)
-
-_TYPE_NAMES = {"int": "INTEGER", "float": "NUMBER", "str": "TEXT", "Path": "PATH"}
-"""How help shows an option's value: as users write it (typer's own '<int range>', '<bool>' read oddly)."""
-
-
-def _label(param: Any) -> str | None:
-    """The value an option takes, as help shows it: its metavar, else its type's name; none for a flag."""
-    if getattr(param, "is_flag", False):
-        return None
-    if param.metavar:
-        return param.metavar
-    name = _TYPE_NAMES.get(getattr(param.type_descriptor.annotation, "__name__", ""), "VALUE")
-    return name + ("..." if param.nargs != 1 else "")
-
-
-def _range(param: Any) -> str:
-    """An option's range as help shows it: '0..3', or '>=1' when the bound is only there to refuse the
-    absurd."""
-    low, high = getattr(param, "min", None), getattr(param, "max", None)
-    if low is None and high is None:
-        return ""
-    if high is None or high >= 2**16:
-        return f">={low}"
-    return f"{low}..{high}" if low is not None else f"<={high}"
-
-
-@lru_cache(maxsize=1)
-def command() -> Any:
-    """The click command tree of `app`, its help set once: plain text that fits 80 columns and a pipe,
-    values named as users write them."""
-    root = typer.main.get_command(app)
-    todo = [root]
-    while todo:
-        cmd = todo.pop()
-        todo += list(getattr(cmd, "commands", {}).values())
-        cmd.rich_markup_mode = None
-        for param in cmd.params:
-            if param.param_type_name == "argument" and not param.metavar:
-                param.metavar = param.name.upper()  # typer's usage line would show '{name}'
-            label, limits = _label(param), _range(param)
-            param.display_type = param.display_type_rich = lambda ctx, label=label: label
-            param._get_number_range_help_str = lambda limits=limits: limits
-    return root
+    err_console.print((f"[bold red]{label}:[/] " if label else "") + escape(text), highlight=False, soft_wrap=True)
 
 
 def _json_requested(args: list[str]) -> bool:
@@ -114,6 +32,8 @@ def _json_requested(args: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes."""
+    from parplan.cli import _output
+
     args = list(sys.argv[1:] if argv is None else argv)
     with _output.json_mode(_json_requested(args)) as document:
         code = _run(args)
@@ -124,26 +44,35 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: list[str]) -> int:
     try:
-        command().main(args=args, prog_name="parplan", standalone_mode=False)
+        # The commands (and what they import) load inside the try, so that Ctrl-C while they load exits cleanly.
+        from parplan.cli._app import command
+
+        # Without standalone mode, typer returns the code of a typer.Exit, and turns Ctrl-C into 130.
+        code = command().main(args=args, prog_name="parplan", standalone_mode=False)
+    except KeyboardInterrupt:
+        code = INTERRUPTED
     except ParplanError as e:
-        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        _say(str(e), "error")
         return e.exit_code
-    except typer.Exit as e:
-        return e.exit_code
-    except typer.Abort:
-        err_console.print("aborted")
-        return 1
-    except Exception as e:  # a usage error from typer's bundled click, or a bug
+    except Exception as e:  # typer's Exit and Abort, a usage error from typer's bundled click, or a bug
+        import typer
+
+        if isinstance(e, typer.Exit):
+            return e.exit_code
+        if isinstance(e, typer.Abort):
+            _say("aborted")
+            return 1
         code = getattr(e, "exit_code", None)
         if code is not None and hasattr(e, "show"):
             e.show()
             return code
         if os.environ.get("PARPLAN_DEBUG"):
             raise
-        err_console.print(f"[bold red]internal error:[/] {type(e).__name__}: {escape(str(e))} "
-                          "(set PARPLAN_DEBUG=1 for a traceback; please report it)", highlight=False, soft_wrap=True)
+        _say(f"{type(e).__name__}: {e} (set PARPLAN_DEBUG=1 for a traceback; please report it)", "internal error")
         return 1
-    return 0
+    if code == INTERRUPTED:
+        _say("interrupted")
+    return code if isinstance(code, int) else 0
 
 
 def run() -> None:

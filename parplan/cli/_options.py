@@ -10,6 +10,7 @@ option values (those that name no file) into usage errors for the option they na
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from typing import Annotated
 
@@ -17,9 +18,8 @@ import typer
 
 from parplan._mapping import as_float
 from parplan.errors import ConfigError
-from parplan.hardware.spec import MAX_GPUS
-from parplan.planner.api import parse_doubling_spec, parse_int_spec
-from parplan.planner.strategy import MAX_BATCH, MAX_SEQ, PRECISIONS
+from parplan.limits import MAX_BATCH, MAX_GPUS, MAX_SEQ
+from parplan.names import PRECISIONS
 
 
 def number(*, min: float | None = None, max: float | None = None,
@@ -38,6 +38,8 @@ def number(*, min: float | None = None, max: float | None = None,
 def int_spec(least: int = 1, most: int = MAX_GPUS) -> Callable[[str | None], str | None]:
     """A typer callback that checks a value, list (1,2,4) or range (1..16) of integers in least..most."""
     def check(value: str | None) -> str | None:
+        from parplan.planner.api import parse_int_spec
+
         try:
             parse_int_spec(value, "", least, most)
         except ConfigError as e:
@@ -79,15 +81,38 @@ GpuCountsOpt = Annotated[str, typer.Option(
     "--gpus", "-n", metavar="N|N,M|N..M", help="GPU count, list (256,512) or powers of two (256..4096).")]
 PrecisionsOpt = Annotated[str, typer.Option(metavar="LIST",
                                             help=f"Allowed: {','.join(PRECISIONS)} (a list such as bf16,fp8).")]
+StackOpt = Annotated[str, typer.Option(
+    "--stack", metavar="NAME|FILE",
+    help="Software stack the layout runs on: megatron-core (default), megatron-deepspeed, torchtitan, fsdp, "
+         "nanotron, maxtext, deepseek, or a stack YAML file (parplan stacks list).")]
+CompileOpt = Annotated[bool | None, typer.Option(
+    "--compile/--no-compile", help="torch.compile on or off where the stack supports it (default: the stack's).")]
+RunsStackOpt = Annotated[str | None, typer.Option(
+    "--stack", metavar="NAME|FILE",
+    help="Cost every run as this stack (preset or stack file); default: each run's own `stack:`.")]
+RunsCompileOpt = Annotated[bool | None, typer.Option(
+    "--compile/--no-compile", help="torch.compile on or off for every run whose stack can switch it "
+                                   "(default: each run's own `compile:`).")]
 MemoryFractionOpt = Annotated[float, typer.Option(callback=number(min=0.1, max=1.0), metavar="FRACTION",
                                                   help="Use at most this share of GPU memory (0.1..1).")]
 PlotOpt = Annotated[str | None, typer.Option(
     metavar="FILE", help="Also write charts to this .png, .svg or .pdf file (pip install 'parplan[plot]').")]
+TimeLimitOpt = Annotated[float | None, typer.Option(
+    callback=number(above=0), metavar="SECONDS",
+    help="Stop searching then and report the best layouts found so far, marked incomplete with the count of "
+         "layouts left.")]
+
+
+def deadline(time_limit: float | None) -> float | None:
+    """The time.monotonic() value a --time-limit ends at (None: no limit; TimeLimitOpt checked the number)."""
+    return None if time_limit is None else time.monotonic() + time_limit
 
 
 def parse_gpu_counts(text: str) -> list[int]:
     """The GPU counts of a --gpus value ('256..4096' powers of two, '8,16,64' or '512'); a malformed or empty
     one, or a count outside 1..MAX_GPUS, is a usage error."""
+    from parplan.planner.api import parse_doubling_spec
+
     try:
         counts = parse_doubling_spec(text)
     except ValueError:

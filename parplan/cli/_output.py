@@ -11,11 +11,11 @@ import contextlib
 import json
 import math
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from rich import box
 from rich.cells import cell_len
 from rich.console import Console
@@ -34,7 +34,8 @@ def _plain(value: Any) -> Any:
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
+    numpy = sys.modules.get("numpy")  # no numpy scalar exists unless numpy is loaded; --help never loads it
+    if numpy is not None and isinstance(value, numpy.generic):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -176,3 +177,30 @@ def human_count(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.2f}{unit}"
     return f"{n:.0f}"
+
+
+@contextlib.contextmanager
+def search_progress() -> Iterator[Callable[[int, int], None]]:
+    """A progress callback for searches (planner.search.plan's `progress`): once a search has run for a second, a
+    line on stderr shows the layouts settled (costed, or proved no better) of all valid ones; it goes when done."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    start = time.monotonic()
+    bar: Progress | None = None
+    task = None
+
+    def update(done: int, total: int) -> None:
+        nonlocal bar, task
+        if bar is None and time.monotonic() - start > 1.0:
+            bar = Progress(TextColumn("searching: {task.completed:,} of {task.total:,} layouts settled"), BarColumn(),
+                           TimeElapsedColumn(), console=err_console, transient=True)
+            bar.start()
+            task = bar.add_task("search", total=total)
+        if bar is not None and task is not None:
+            bar.update(task, completed=done, total=total)
+
+    try:
+        yield update
+    finally:
+        if bar is not None:
+            bar.stop()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -17,10 +17,10 @@ from parplan._input import check_output, exists, read_text
 from parplan.cli._options import JsonOpt, int_spec
 from parplan.cli._output import Column, console, err_console, fitted_table, print_json
 from parplan.errors import ConfigError
-from parplan.hardware import load_cluster
-from parplan.hardware.samples import ProfileSamples
-from parplan.hardware.spec import MAX_GPUS
-from parplan.planner.api import SPEC_VALUES, parse_doubling_spec, parse_int_spec
+from parplan.limits import MAX_GPUS, SPEC_VALUES
+
+if TYPE_CHECKING:
+    from parplan.hardware.samples import ProfileSamples
 
 app = typer.Typer(help="Measure this machine (torch): GEMMs, attention, memory, collectives.",
                   no_args_is_help=True)
@@ -43,6 +43,8 @@ def _sweep(items: Sequence[Any], run: Callable[[Any], list], label: str, quiet: 
 
 
 def _samples(kind: str, items: list, env: dict[str, Any]) -> ProfileSamples:
+    from parplan.hardware.samples import ProfileSamples
+
     return ProfileSamples(date=env["date"], device=env["device"], torch_version=env.get("torch_version"),
                           nccl_version=env.get("nccl_version"), **{kind: tuple(items)})
 
@@ -81,6 +83,8 @@ MAX_MESSAGE = 1 << 34
 def _sizes(text: str) -> list[int]:
     """'1K..1G' (powers of two) or a list '4096,65536'; K/M/G = 2^10/2^20/2^30 as in nccl-tests. A malformed
     size, or one outside 1..16G, is a usage error."""
+    from parplan.planner.api import parse_doubling_spec
+
     def parse(token: str) -> int:
         token = token.strip().upper()
         scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(token[-1:], 1)
@@ -115,7 +119,9 @@ def bench_gemm(
     """Time the matrix products the cost model uses and report TFLOP/s against the peak."""
     from parplan.hardware.bench import environment
     from parplan.hardware.bench.gemm import default_gemm_shapes, run_gemm
-    from parplan.models import load_model
+    from parplan.hardware.presets import load_cluster
+    from parplan.models.presets import load_model
+    from parplan.planner.api import parse_int_spec
 
     spec = load_cluster(cluster)
     dtypes = [d.strip() for d in dtype.split(",")]
@@ -159,6 +165,8 @@ def bench_attention(
     from parplan.hardware.bench.attention import run_attention
     from parplan.hardware.efficiency import FLASH_BACKWARD_FLOPS
     from parplan.hardware.fit import attention_flops
+    from parplan.hardware.presets import load_cluster
+    from parplan.planner.api import parse_int_spec
 
     load_cluster(cluster)
     env = environment(device)
@@ -194,6 +202,7 @@ def bench_memory(
     """Time large copies: achieved memory bandwidth against the datasheet."""
     from parplan.hardware.bench import environment
     from parplan.hardware.bench.memory import run_memory
+    from parplan.hardware.presets import load_cluster
 
     peak = load_cluster(cluster).gpu.hbm_tbps * 1e3
     env = environment(device)
@@ -243,6 +252,7 @@ def bench_comm(
     conventions for algbw/busbw). For several nodes, run it on every node with torchrun's rendezvous."""
     from parplan.hardware.bench import environment
     from parplan.hardware.bench.comm import run_comm
+    from parplan.hardware.presets import load_cluster
 
     if backend not in (None, "nccl", "gloo"):
         raise typer.BadParameter("must be nccl or gloo", param_hint="--backend")
@@ -272,6 +282,8 @@ def import_nccl_tests(
     """Parse nccl-tests logs (every format generation) into samples, fit α and busbw, write a profile."""
     from parplan.hardware.fit import fit_collectives
     from parplan.hardware.nccl_tests import nccl_version, parse_nccl_tests
+    from parplan.hardware.presets import load_cluster
+    from parplan.hardware.samples import ProfileSamples
 
     load_cluster(cluster)
     _check_out(out)

@@ -3,33 +3,32 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from parplan.cli._options import (
-    MAX_BATCH,
     ClusterOpt,
+    CompileOpt,
     ExpertLoadOpt,
     GpusOpt,
     JsonOpt,
     ModelOpt,
     PlotOpt,
     SeqOpt,
+    StackOpt,
     usage_errors,
 )
 from parplan.cli._output import Column, console, fitted_table, kv_table, print_json
-from parplan.hardware import load_cluster
-from parplan.hardware.spec import MAX_GPUS
-from parplan.models import load_model
-from parplan.planner.estimate import MEMORY_COMPONENTS, TIME_COMPONENTS, Estimate, evaluate
-from parplan.planner.explain import bottleneck
-from parplan.planner.moe import MoESection, moe_section
-from parplan.planner.strategy import DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES, Strategy
-from parplan.planner.timeline import MAX_BLOCKS, Timeline, render, simulate
-from parplan.planner.workload import parse_expert_load
-from parplan.plots import check_plot_path, memory_bars, plot_estimate, stage_label
+from parplan.limits import MAX_BATCH, MAX_GPUS
+from parplan.names import BLOCKS_PREFIX, DEFAULT_STACK, DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES
+
+if TYPE_CHECKING:
+    from parplan.planner.estimate import Estimate
+    from parplan.planner.moe import MoESection
+    from parplan.planner.strategy import Strategy
+    from parplan.planner.timeline import Timeline
 
 
 def _choice(value: str, options: tuple[str, ...], name: str) -> str:
@@ -45,14 +44,22 @@ _ALWAYS = ("tp", "pp", "zero", "sp", "recompute", "mbs", "gbs", "seq", "schedule
 def explain_args(s: Strategy) -> list[str]:
     """The `parplan explain` options that reproduce layout `s`: one option per Strategy field, so a field
     added to Strategy (and to explain) cannot be left out of the commands plan prints."""
-    default = Strategy()
+    from parplan.planner.strategy import Strategy, recompute_label
+
     args: list[str] = []
     for field in dataclasses.fields(Strategy):
         value = getattr(s, field.name)
-        if field.name not in _ALWAYS and value == getattr(default, field.name):
+        # What explain derives for this layout without the option (a default's normal form can depend on the
+        # other fields: p2p_overlap on the schedule, sp on tp).
+        implied = getattr(dataclasses.replace(s, **{field.name: field.default}), field.name)
+        if field.name not in _ALWAYS and value == implied:
             continue
         option = "--" + field.name.replace("_", "-")
-        if field.name == "flash_attention":
+        if field.name == "recompute_blocks":
+            continue  # written with recompute, as blocks:F
+        if field.name == "recompute":
+            args += [option, recompute_label(s.recompute, s.recompute_blocks)]
+        elif field.name == "flash_attention":
             args += ["--attention", "flash" if value else "unfused"]
         elif isinstance(value, bool):
             args.append(option if value else option.replace("--", "--no-", 1))
@@ -72,8 +79,12 @@ def explain(
     etp: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Tensor parallelism inside each expert.")] = 1,
     vpp: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Model chunks per pipeline rank (interleaving).")] = 1,
     zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = Megatron distributed optimizer).")] = 1,
+    dp_replicate: Annotated[int, typer.Option(
+        min=1, max=MAX_GPUS,
+        help="Replicas of the ZeRO shard group (HSDP): shard over dp/N ranks, all-reduce over N.")] = 1,
     sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Megatron sequence parallelism.")] = True,
-    recompute: Annotated[str, typer.Option(help=", ".join(RECOMPUTE) + ".")] = "none",
+    recompute: Annotated[str, typer.Option(
+        help=", ".join(RECOMPUTE) + ", or blocks:F (full recompute of a fraction F of the blocks).")] = "none",
     mbs: Annotated[int, typer.Option(min=1, max=MAX_BATCH, help="Micro-batch size (sequences).")] = 1,
     gbs: Annotated[int | None, typer.Option(min=1, max=MAX_BATCH,
                                             help="Global batch (sequences); default dp·mbs.")] = None,
@@ -98,12 +109,26 @@ def explain(
         help="Without SP, send 1/tp of each stage-boundary tensor per TP rank and all-gather it "
              "(Megatron-LM before Megatron-Core, DeepSpeed's pipeline engine).")] = False,
     expert_load: ExpertLoadOpt = None,
+    stack: StackOpt = DEFAULT_STACK,
+    compile: CompileOpt = None,
     timeline: Annotated[bool, typer.Option("--timeline", help="Draw the pipeline schedule.")] = False,
     plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Predict one layout: step time, tokens/s/GPU, MFU, memory per GPU, and where the time goes."""
-    _choice(recompute, RECOMPUTE, "recompute")
+    from parplan.hardware.presets import load_cluster
+    from parplan.models.presets import load_model
+    from parplan.planner.estimate import evaluate
+    from parplan.planner.explain import bottleneck
+    from parplan.planner.moe import moe_section
+    from parplan.planner.strategy import Strategy, p2p_overlap_acts
+    from parplan.planner.timeline import MAX_BLOCKS, render
+    from parplan.planner.workload import parse_expert_load
+    from parplan.plots import check_plot_path, plot_estimate
+    from parplan.stacks import load_stack
+
+    if not recompute.startswith(BLOCKS_PREFIX):
+        _choice(recompute, RECOMPUTE, "recompute")
     _choice(precision, PRECISIONS, "precision")
     _choice(attention, ("flash", "unfused"), "attention")
     _choice(dispatch, DISPATCHERS, "dispatch")
@@ -117,7 +142,8 @@ def explain(
         workload = parse_expert_load(expert_load, model_spec)
     dp = max(1, gpus // (tp * pp * cp))
     strategy = Strategy(
-        tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, sp=sp, recompute=recompute, mbs=mbs,
+        tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, dp_replicate=dp_replicate, sp=sp, recompute=recompute,
+        mbs=mbs,
         gbs=gbs if gbs is not None else dp * mbs, seq=seq,
         schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"), precision=precision,
         flash_attention=attention == "flash", tp_overlap=tp_overlap, dispatch=dispatch,
@@ -133,11 +159,12 @@ def explain(
     if pp_scatter_gather and not strategy.pp_scatter_gather:
         raise typer.BadParameter("acts only on a pipeline (pp > 1) with tp > 1 and --no-sp (SP already shards "
                                  "the stage tensor)", param_hint="--pp-scatter-gather")
-    if not p2p_overlap and strategy.p2p_overlap:
+    if not p2p_overlap and not p2p_overlap_acts(strategy.pp, SCHEDULES.index(strategy.schedule)):
         raise typer.BadParameter("acts only on the interleaved schedule with pp > 1 (1F1B and ZB wait for their "
                                  "transfers, DualPipe always overlaps them)", param_hint="--no-p2p-overlap")
-    est = evaluate(model_spec, cluster_spec, strategy, workload=workload)
-    moe = moe_section(model_spec, cluster_spec, est, workload)
+    stack_spec = load_stack(stack, compile=compile)
+    est = evaluate(model_spec, cluster_spec, strategy, workload=workload, stack=stack_spec)
+    moe = moe_section(model_spec, cluster_spec, est, workload, stack_spec)
     sentence = bottleneck(est, cluster_spec)
     if plot:
         plot_estimate(est, plot)
@@ -145,6 +172,7 @@ def explain(
         doc = est.as_dict()
         doc["model_source"] = model
         doc["cluster_source"] = cluster
+        doc["stack_source"] = stack
         doc["bottleneck"] = sentence
         doc["moe"] = moe.as_dict() if moe else None
         if timeline:
@@ -166,6 +194,8 @@ def explain(
 
 def schedule_timeline(est: Estimate) -> Timeline | None:
     """The pipeline schedule of an estimate replayed with its slowest rank's per-micro-batch times."""
+    from parplan.planner.timeline import simulate
+
     s = est.strategy
     if s.pp == 1:
         return None
@@ -178,10 +208,14 @@ def schedule_timeline(est: Estimate) -> Timeline | None:
 
 def show_estimate(est: Estimate, sentence: str, moe: MoESection | None = None) -> None:
     """Rich tables for one estimate."""
+    from parplan.planner.estimate import MEMORY_COMPONENTS, TIME_COMPONENTS
+    from parplan.plots import memory_bars, stage_label
+
     console.print(kv_table(
         f"{est.model} on {est.gpus}× {est.cluster}",
         [
             ("layout", est.strategy.describe(est.gpus)),
+            ("stack", est.stack + (" (compiled)" if est.compile else "")),
             ("step time", f"{est.step_time_s:.3f} s"),
             ("throughput", f"{est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU ({est.tokens_per_s:,.0f} tokens/s)"),
             ("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -13,13 +13,13 @@ from parplan._mapping import Fields, dataclass_from_mapping
 from parplan.cli._options import JsonOpt, usage_errors
 from parplan.cli._output import console, print_json, print_text
 from parplan.errors import ConfigError
-from parplan.export import FRAMEWORKS, Launch, export, framework_filter
-from parplan.hardware import load_cluster
-from parplan.hardware.spec import MAX_GPUS
-from parplan.models import load_model
-from parplan.planner.strategy import Strategy
+from parplan.limits import MAX_GPUS
+from parplan.names import DEFAULT_STACK, FRAMEWORKS
 
-_FIELDS = {f.name for f in dataclasses.fields(Strategy)}
+if TYPE_CHECKING:
+    from parplan.export import Launch
+    from parplan.planner.strategy import Strategy
+    from parplan.stacks import StackSpec
 
 
 def _read_plan(path: Path, index: int) -> Fields:
@@ -43,8 +43,11 @@ def _read_plan(path: Path, index: int) -> Fields:
 def strategy_from_dict(raw: Any, file: str, section: str = "strategy") -> Strategy:
     """The layout of a saved plan; the derived dp and microbatches it also lists are dropped, and a field of
     the wrong type is a ConfigError naming it."""
+    from parplan.planner.strategy import Strategy
+
     fields = Fields(raw, file, section)
-    return dataclass_from_mapping(Strategy, {k: v for k, v in fields.data.items() if k in _FIELDS}, file, section)
+    names = {f.name for f in dataclasses.fields(Strategy)}
+    return dataclass_from_mapping(Strategy, {k: v for k, v in fields.data.items() if k in names}, file, section)
 
 
 def show_launch(launch: Launch, out: Path | None, json_out: bool) -> None:
@@ -67,15 +70,24 @@ def show_launch(launch: Launch, out: Path | None, json_out: bool) -> None:
 
 def export_command(
     plan_file: Annotated[Path, typer.Argument(help="JSON written by `plan --json` or `explain --json`.")],
-    framework: Annotated[str, typer.Option("--format", "-f", help=f"One of {', '.join(FRAMEWORKS)}.")],
+    framework: Annotated[str | None, typer.Option(
+        "--format", "-f", metavar="FRAMEWORK[@VERSION]",
+        help=f"One of {', '.join(FRAMEWORKS)} (every version parplan writes for), or one version, e.g. "
+             f"torchtitan@0.2.2 (default: the plan's stack's writer).")] = None,
     index: Annotated[int, typer.Option(min=0, max=10_000, help="Which plan of a `plan --json` file (0 = best).")]
     = 0,
     out: Annotated[Path | None, typer.Option(help="Directory to write the files to.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Write launch settings (Megatron-LM arguments, DeepSpeed config, torchtitan job) for a saved plan."""
-    with usage_errors({"framework": "--format"}):
-        framework_filter(framework)  # an unknown framework name is a usage error, found before any work
+    from parplan.export import export, targets
+    from parplan.hardware.presets import load_cluster
+    from parplan.models.presets import load_model
+    from parplan.stacks.support import check_stack
+
+    if framework is not None:
+        with usage_errors({"framework": "--format"}):
+            targets(framework)  # an unknown framework name or version is a usage error, found before any work
     if out is not None:
         check_output_dir(out)
     doc = _read_plan(plan_file, index)
@@ -83,4 +95,20 @@ def export_command(
     cluster = load_cluster(doc.str("cluster_source") if doc.has("cluster_source") else doc.str("cluster"),
                            gpus=doc.int("gpus", min=1, max=MAX_GPUS))
     strategy = strategy_from_dict(doc.data["strategy"], str(plan_file), doc.where("strategy"))
+    stack = plan_stack(doc)
+    check_stack(stack, strategy, model, cluster.gpus)
+    if framework is None:
+        if stack.runs.exporter is None:
+            raise typer.BadParameter(f"the plan's stack {stack.name} has no launch-settings writer; choose one of "
+                                     f"{', '.join(FRAMEWORKS)}", param_hint="--format")
+        framework = stack.runs.exporter
     show_launch(export(model, cluster, strategy, framework), out, json_out)
+
+
+def plan_stack(doc: Fields) -> StackSpec:
+    """The stack a saved plan was costed as (its stack_source, else its stack name; megatron-core for plans
+    written before stacks existed), compiled as it was."""
+    from parplan.stacks import load_stack
+
+    source = doc.str("stack_source") if doc.has("stack_source") else doc.str("stack", DEFAULT_STACK)
+    return load_stack(source, compile=doc.bool("compile", None))

@@ -8,8 +8,7 @@ import typer
 
 from parplan.cli._options import JsonOpt
 from parplan.cli._output import Column, console, fitted_table, kv_table, print_json
-from parplan.hardware import load_cluster, preset_names
-from parplan.hardware.spec import MAX_GPUS
+from parplan.limits import MAX_GPUS
 
 app = typer.Typer(help="Cluster presets and cluster files.", no_args_is_help=True)
 
@@ -18,6 +17,8 @@ app = typer.Typer(help="Cluster presets and cluster files.", no_args_is_help=Tru
 @app.command("list")
 def list_hardware(json_out: JsonOpt = False) -> None:
     """List the cluster presets shipped with parplan."""
+    from parplan.hardware.presets import load_cluster, preset_names
+
     clusters = [load_cluster(n) for n in preset_names()]
     if json_out:
         print_json({"clusters": [c.summary() for c in clusters]})
@@ -40,6 +41,8 @@ def show_hardware(
     json_out: JsonOpt = False,
 ) -> None:
     """Show a cluster's GPU, links and where every number comes from."""
+    from parplan.hardware.presets import load_cluster
+
     c = load_cluster(name, gpus=gpus)
     if json_out:
         print_json(c.summary())

@@ -8,7 +8,6 @@ import typer
 
 from parplan.cli._options import JsonOpt
 from parplan.cli._output import Column, console, fitted_table, human_count, kv_table, print_json
-from parplan.models import load_model, preset_names
 
 app = typer.Typer(help="Model presets and model files.", no_args_is_help=True)
 
@@ -17,6 +16,8 @@ app = typer.Typer(help="Model presets and model files.", no_args_is_help=True)
 @app.command("list")
 def list_models(json_out: JsonOpt = False) -> None:
     """List the model presets shipped with parplan."""
+    from parplan.models.presets import load_model, preset_names
+
     rows = [load_model(name).summary() for name in preset_names()]
     if json_out:
         print_json({"models": rows})
@@ -37,6 +38,8 @@ def show_model(
     json_out: JsonOpt = False,
 ) -> None:
     """Show a model's dimensions, parameter counts and FLOPs per token."""
+    from parplan.models.presets import load_model
+
     model = load_model(name)
     s = model.summary()
     if json_out:

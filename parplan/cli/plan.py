@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from parplan.cli._options import (
     ClusterOpt,
+    CompileOpt,
     ExpertLoadOpt,
     GbsOpt,
     GpuCountsOpt,
@@ -20,22 +19,25 @@ from parplan.cli._options import (
     ModelOpt,
     PrecisionsOpt,
     SeqOpt,
+    StackOpt,
+    TimeLimitOpt,
+    deadline,
     int_spec,
     number,
     parse_gpu_counts,
     usage_errors,
 )
-from parplan.cli._output import Column, console, err_console, fitted_table, print_json, print_text
+from parplan.cli._output import Column, console, fitted_table, print_json, print_text, search_progress
 from parplan.cli.explain import explain_args
 from parplan.errors import ConfigError, NoFeasiblePlanError
-from parplan.export import Launch, export, framework_filter
-from parplan.hardware import load_cluster
-from parplan.models import load_model
-from parplan.planner.api import SPEC_VALUES, space_from_options, why_better
-from parplan.planner.estimate import Estimate
-from parplan.planner.search import OBJECTIVES, PlanResult, plan_or_raise
-from parplan.planner.strategy import DISPATCHERS, RECOMPUTE, SCHEDULES, Strategy
-from parplan.planner.workload import parse_expert_load
+from parplan.limits import SPEC_VALUES
+from parplan.names import DEFAULT_STACK, DISPATCHERS, RECOMPUTE, SCHEDULES
+
+if TYPE_CHECKING:
+    from parplan.export import Launch
+    from parplan.planner.estimate import Estimate
+    from parplan.planner.search import PlanResult
+    from parplan.planner.strategy import Strategy
 
 _SPEC = "N|N,M|N..M"
 IntSpec = Annotated[str | None, typer.Option(metavar=_SPEC, callback=int_spec(),
@@ -45,29 +47,15 @@ ZeroSpec = Annotated[str | None, typer.Option(metavar=_SPEC, callback=int_spec(0
 
 
 
-def _progress_callback():
-    """A spinner on stderr that appears only when the search runs longer than a second."""
-    state: dict[str, object] = {"start": time.perf_counter(), "bar": None}
+def _explain_command(est: Estimate, sources: dict[str, object], expert_load: str | None) -> str:
+    from parplan.stacks import load_stack
 
-    def update(done: int) -> None:
-        if state["bar"] is None and time.perf_counter() - state["start"] > 1.0:
-            bar = Progress(SpinnerColumn(), TextColumn("searching layouts: {task.completed:,} evaluated"),
-                           TimeElapsedColumn(), console=err_console, transient=True)
-            bar.start()
-            state["bar"], state["task"] = bar, bar.add_task("search", total=None)
-        if state["bar"] is not None:
-            state["bar"].update(state["task"], completed=done)
-
-    def close() -> None:
-        if state["bar"] is not None:
-            state["bar"].stop()
-
-    return update, close
-
-
-def _explain_command(est: Estimate, model: str, cluster: str, expert_load: str | None) -> str:
-    parts = ["parplan explain --model", model, "--cluster", cluster, "--gpus", str(est.gpus),
-             *explain_args(est.strategy)]
+    parts = ["parplan explain --model", str(sources["model_source"]), "--cluster", str(sources["cluster_source"]),
+             "--gpus", str(est.gpus), *explain_args(est.strategy)]
+    if sources["stack_source"] != DEFAULT_STACK:
+        parts += ["--stack", str(sources["stack_source"])]
+    if est.compile != load_stack(sources["stack_source"]).compiled:
+        parts.append("--compile" if est.compile else "--no-compile")
     return " ".join(parts + (["--expert-load", expert_load] if expert_load else []))
 
 
@@ -93,6 +81,8 @@ def _results(e: Estimate) -> list[str]:
 def _plans_table(result: PlanResult, title: str, moe: bool) -> Table:
     """One column per layout field where the console is wide enough, else the layout as one wrapping cell;
     the predicted numbers are never cut."""
+    from parplan.planner.strategy import recompute_label
+
     left = {"sp", "recompute", "schedule", "prec", "experts"}
     names = ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sp", "recompute", "mbs", "schedule", "prec"]
     names += ["experts"] if moe else []
@@ -100,8 +90,8 @@ def _plans_table(result: PlanResult, title: str, moe: bool) -> Table:
     for i, e in enumerate(result.plans, 1):
         s = e.strategy
         row = [str(i), str(s.tp), str(s.pp), str(s.dp(e.gpus)), str(s.cp), str(s.ep), str(s.vpp), str(s.zero),
-               "on" if s.sp else "off", s.recompute, str(s.mbs), s.schedule + (" +ovl" if s.tp_overlap else ""),
-               s.precision] + ([_moe_cell(s)] if moe else [])
+               "on" if s.sp else "off", recompute_label(s.recompute, s.recompute_blocks), str(s.mbs),
+               s.schedule + (" +ovl" if s.tp_overlap else ""), s.precision] + ([_moe_cell(s)] if moe else [])
         wide_rows.append(row + _results(e))
         compact_rows.append([str(i), _layout_cell(s, e.gpus) + (f" {_moe_cell(s)}" if moe else ""), *_results(e)])
     wide = [Column(n, left=n in left) for n in names] + _RESULTS
@@ -109,9 +99,25 @@ def _plans_table(result: PlanResult, title: str, moe: bool) -> Table:
     return fitted_table(title, [(wide, wide_rows), (compact, compact_rows)])
 
 
-def _plan_doc(result: PlanResult, sources: dict[str, str]) -> dict[str, object]:
-    return {"evaluated": result.evaluated, "feasible": result.feasible, "search_seconds": result.search_seconds,
+def _plan_doc(result: PlanResult, sources: dict[str, object]) -> dict[str, object]:
+    return {"evaluated": result.evaluated, "skipped": result.skipped, "feasible": result.feasible,
+            "complete": result.complete, "layouts_left": result.left, "search_seconds": result.search_seconds,
             "plans": [{**e.as_dict(), **sources} for e in result.plans]}
+
+
+def search_summary(result: PlanResult) -> str:
+    """What a search covered, in words: the layouts costed, and those proved slower without being costed."""
+    return (f"{result.evaluated + result.left:,} valid layouts: {result.costed:,} costed, {result.feasible:,} of "
+            f"them fit; {result.skipped:,} proved slower")
+
+
+def incomplete_note(result: PlanResult, what: str = "these are") -> str | None:
+    """The warning a search stopped by --time-limit carries, or None when it is complete."""
+    if result.complete:
+        return None
+    return (f"Incomplete: the time limit stopped the search with {result.left:,} of "
+            f"{result.evaluated + result.left:,} valid layouts left; {what} the best found so far, which a "
+            "complete search may beat.")
 
 
 def plan_command(
@@ -151,76 +157,96 @@ def plan_command(
     days: Annotated[float | None, typer.Option(callback=number(above=0), metavar="NUMBER",
                                                help="Deadline in days: smallest GPU count meeting it.")] = None,
     top: Annotated[int, typer.Option(min=1, max=1000, help="Rows to show.")] = 5,
+    stack: StackOpt = DEFAULT_STACK,
+    compile: CompileOpt = None,
     framework: Annotated[str | None, typer.Option(
-        help="Only layouts this framework can run: megatron, deepspeed or torchtitan.")] = None,
+        help="Only layouts this framework can run: megatron, deepspeed or torchtitan (every version parplan "
+             "exports for), or one version, e.g. torchtitan@0.2.2.")] = None,
     emit: Annotated[str | None, typer.Option(
         help="Also write the winner's launch settings for megatron, deepspeed or torchtitan.")] = None,
+    time_limit: TimeLimitOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Search every valid layout, drop those that do not fit, and recommend the best."""
+    from parplan.export import export, framework_filter, targets
+    from parplan.hardware.presets import load_cluster
+    from parplan.models.presets import load_model
+    from parplan.planner.api import space_from_options
+    from parplan.planner.search import OBJECTIVES, check_size, plan_or_raise
+    from parplan.planner.workload import parse_expert_load
+    from parplan.stacks import load_stack
+
     if objective not in OBJECTIVES:
         raise typer.BadParameter(f"must be one of {', '.join(OBJECTIVES)}", param_hint="--objective")
     if days is not None and tokens is None:
         raise typer.BadParameter("--days needs --tokens", param_hint="--days")
     counts = parse_gpu_counts(gpus)
+    until = deadline(time_limit)
     with usage_errors():
         space = space_from_options(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs, max_tp=max_tp,
                                    max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, sp=sp, recompute=recompute,
                                    schedule=schedule, precision=precision, dispatch=dispatch,
                                    redundant_experts=redundant_experts, ep_overlap=ep_overlap,
                                    max_memory_fraction=max_memory_fraction)
+    with usage_errors({"framework": "--framework"}):
+        if framework is not None:
+            targets(framework)  # an unknown framework name or version is refused before the search
     if emit is not None:
         with usage_errors({"framework": "--emit"}):
-            framework_filter(emit)  # an unknown framework name is refused before the search
+            targets(emit)
     model_spec = load_model(model)
     base = load_cluster(cluster)
+    stack_spec = load_stack(stack, compile=compile)
     if space.precision == ("fp8",) and not base.gpu.supports_fp8:
         # Asked for fp8 only: say why instead of "no layout fits" (in a list, the fp8_supported rule drops it).
         raise ConfigError(f"{base.gpu.name} has no fp8 tensor cores; use --precision bf16", field="precision")
     with usage_errors():
         workload = parse_expert_load(expert_load, model_spec)
-        layout_filter = None
-        if framework is not None:
-            layout_filter = framework_filter(framework, model_spec)
-            # DeepSpeed's pipeline engine partitions stage tensors over TP (PartitionedTensor): cost it so.
-            space = dataclasses.replace(space, pp_scatter_gather=framework == "deepspeed")
+    # DeepSpeed's pipeline engine partitions stage tensors over TP (PartitionedTensor): cost it so.
+    writers = (framework, stack_spec.runs.exporter)
+    space = dataclasses.replace(space, pp_scatter_gather=any(w is not None and w.partition("@")[0] == "deepspeed"
+                                                             for w in writers))
 
-    update, close = _progress_callback()
+    for n in counts:  # every size refused up front, before any is searched
+        check_size(model_spec, base.with_gpus(n), gbs, seq)
     results: list[tuple[int, PlanResult]] = []
     failure: NoFeasiblePlanError | None = None
-    try:
+    with search_progress() as update:
         for n in counts:
+            # The framework's rules read the GPU count (a pipeline schedule's micro-batches); an unknown
+            # framework name fails here, before the first search.
+            layout_filter = None if framework is None else framework_filter(framework, model_spec, n)
             try:
                 result = plan_or_raise(model_spec, base.with_gpus(n), gbs=gbs, seq=seq, space=space,
                                        objective=objective, top=top, within=within, progress=update,
-                                       layout_filter=layout_filter, workload=workload)
+                                       layout_filter=layout_filter, workload=workload, deadline=until,
+                                       stack=stack_spec)
             except NoFeasiblePlanError as e:
                 if len(counts) == 1:
                     raise
                 failure = e  # a range of sizes: smaller clusters may simply not fit
                 continue
             results.append((n, result))
-    finally:
-        close()
     if not results:
         assert failure is not None
         raise failure
-    sources = {"model_source": model, "cluster_source": cluster}
+    sources = {"model_source": model, "cluster_source": cluster, "stack_source": stack}
     launch = None
     if emit is not None:
         best = results[-1][1].plans[0]  # the largest size that fits
         launch = export(model_spec, base.with_gpus(best.gpus), best.strategy, emit)
     if len(results) == 1:
-        _show_single(results[0][1], model, cluster, tokens, json_out, sources, launch, expert_load,
-                     model_spec.moe is not None)
+        _show_single(results[0][1], tokens, json_out, sources, launch, expert_load, model_spec.moe is not None)
     else:
         _show_sizes(results, tokens, days, json_out, sources)
         if launch is not None and not json_out:
             print_text(launch.text)
 
 
-def _show_single(result: PlanResult, model: str, cluster: str, tokens: float | None, json_out: bool,
-                 sources: dict[str, str], launch: Launch | None, expert_load: str | None, moe: bool) -> None:
+def _show_single(result: PlanResult, tokens: float | None, json_out: bool, sources: dict[str, object],
+                 launch: Launch | None, expert_load: str | None, moe: bool) -> None:
+    from parplan.planner.api import why_better
+
     best = result.plans[0]
     if json_out:
         doc = _plan_doc(result, sources)
@@ -231,22 +257,25 @@ def _show_single(result: PlanResult, model: str, cluster: str, tokens: float | N
             doc["launch"] = launch.as_dict()
         print_json(doc)
         return
-    console.print(_plans_table(result, f"Best layouts of {best.model} on {best.gpus}× {best.cluster} "
-                                       f"({result.evaluated:,} valid layouts, {result.feasible:,} fit, "
-                                       f"{result.search_seconds:.2f} s)", moe))
+    console.print(_plans_table(result, f"Best layouts of {best.model} on {best.gpus}× {best.cluster} as "
+                                       f"{best.stack}{' (compiled)' if best.compile else ''} runs them "
+                                       f"({search_summary(result)}; {result.search_seconds:.2f} s)", moe))
+    note = incomplete_note(result)
+    if note:
+        console.print(note, highlight=False)
     if len(result.plans) > 1:
         console.print(why_better(best, result.plans[1]), highlight=False)
     if tokens:
         console.print(f"{tokens:.3g} tokens take {best.days_for(tokens):.1f} days "
                       f"({best.gpu_hours_for(tokens):,.0f} GPU-hours).", highlight=False)
     console.print("Inspect it with:", highlight=False)
-    console.print(f"  {_explain_command(best, model, cluster, expert_load)}", highlight=False, soft_wrap=True)
+    console.print(f"  {_explain_command(best, sources, expert_load)}", highlight=False, soft_wrap=True)
     if launch is not None:
         print_text(launch.text)
 
 
 def _show_sizes(results: list[tuple[int, PlanResult]], tokens: float | None, days: float | None,
-                json_out: bool, sources: dict[str, str]) -> None:
+                json_out: bool, sources: dict[str, object]) -> None:
     chosen = None
     if tokens and days:
         meeting = [(n, r) for n, r in results if r.plans[0].days_for(tokens) <= days]
@@ -265,6 +294,10 @@ def _show_sizes(results: list[tuple[int, PlanResult]], tokens: float | None, day
                f"{e.mfu:.1%}", f"{e.required_gib:.1f}"]
         rows.append(row + ([f"{e.days_for(tokens):.1f}"] if tokens else []))
     console.print(fitted_table("Best layout per cluster size", [(columns, rows)]))
+    for n, r in results:
+        note = incomplete_note(r, f"at {n} GPUs the layout shown is")
+        if note:
+            console.print(note, highlight=False)
     if tokens and days:
         console.print(f"Smallest GPU count that trains {tokens:.3g} tokens within {days:g} days: "
                       + (f"{chosen}." if chosen else "none of these."), highlight=False)

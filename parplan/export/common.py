@@ -42,15 +42,42 @@ class Launch:
 
 
 @dataclass(frozen=True, slots=True)
+class Target:
+    """One framework version an exporter writes launch settings for, each with its own support rules."""
+
+    key: str
+    """What follows '@' in a framework name (``torchtitan@0.3.0``), e.g. "core_v0.16.1", "0.3.0", "HEAD"."""
+    label: str
+    """The version as exported files' headers name it, with the release tag or commit checked."""
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What a support rule may read beside the layouts; None where the caller does not know it, and a rule
+    that needs it then passes every layout."""
+
+    model: ModelSpec | None = None
+    gpus: int | None = None
+
+    def microbatches(self, lay: Layouts) -> np.ndarray | None:
+        """Micro-batches per pipeline and step, or None without the GPU count."""
+        return None if self.gpus is None else lay.microbatches(self.gpus)
+
+
+@dataclass(frozen=True, slots=True)
 class Support:
     """One layout feature a framework cannot express."""
 
     name: str
-    ok: Callable[[Layouts, ModelSpec | None], np.ndarray]
-    """True where the framework can run the layout. `model` is None when the caller has none: rules that
-    need it must then pass everything."""
+    ok: Callable[[Layouts, Known], np.ndarray]
+    """True where the framework can run the layout."""
     why: Callable[[Strategy], str]
     """Reason shown for a layout that fails `ok`."""
+    targets: tuple[str, ...] = ()
+    """Keys of the framework versions (`Target.key`) that refuse the layout; empty: every version."""
+
+    def applies(self, targets: Iterable[Target]) -> bool:
+        return not self.targets or any(t.key in self.targets for t in targets)
 
 
 def is_dispatch(lay: Layouts, *names: str) -> np.ndarray:
@@ -62,11 +89,14 @@ def is_recompute(lay: Layouts, *names: str) -> np.ndarray:
     return np.isin(lay.recompute, [RECOMPUTE.index(n) for n in names])
 
 
-def megatron_recompute_flags(recompute: str) -> list[Flag]:
-    """Megatron-LM's flags for selective (attention core) and full (every layer, one at a time) recompute;
-    Megatron-DeepSpeed kept the same names."""
+def megatron_recompute_flags(recompute: str, blocks: float | None = None) -> list[Flag]:
+    """Megatron-LM's flags for selective (attention core) and full (every layer, one at a time) recompute, or
+    full recompute of `blocks` layers per model chunk (blocks:F); Megatron-DeepSpeed kept the same names."""
     if recompute == "selective":
         return [("--recompute-granularity", "selective")]
+    if recompute == "full" and blocks is not None:
+        return [("--recompute-granularity", "full"), ("--recompute-method", "block"),
+                ("--recompute-num-layers", str(round(blocks)))]
     if recompute == "full":
         return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]
     return []
@@ -75,9 +105,27 @@ def megatron_recompute_flags(recompute: str) -> list[Flag]:
 def no_redundant_experts(name: str) -> Support:
     """The rule every exporter shares: EPLB replicas exist in DeepSeek's own training stack and in inference
     engines, not in the frameworks parplan writes launch settings for."""
-    return Support("no_redundant_experts", lambda lay, m: lay.redundant_experts == 0,
+    return Support("no_redundant_experts", lambda lay, c: lay.redundant_experts == 0,
                    lambda s: "redundant experts (EPLB replicas) exist in DeepSeek's own training stack and in "
                              f"inference engines; {name} trains each expert once: set redundant_experts 0")
+
+
+def recomputed_blocks(model: ModelSpec, s: Strategy) -> float:
+    """Blocks per model chunk that a blocks:F recompute setting recomputes (F × layers / (pp·vpp))."""
+    return s.recompute_blocks * model.layers / (s.pp * s.vpp)
+
+
+def whole_block_count(name: str) -> Support:
+    """Megatron's --recompute-method block recomputes a whole number of layers per model chunk: blocks:F must
+    come to one."""
+    def ok(lay: Layouts, c: Known) -> np.ndarray:
+        if c.model is None:
+            return np.ones(len(lay), dtype=bool)
+        n = lay.recompute_blocks * c.model.layers / (lay.pp * lay.vpp)
+        return (lay.recompute_blocks >= 1.0) | (np.abs(n - np.round(n)) < 1e-9)
+    return Support("whole_block_count", ok,
+                   lambda s: f"{name}'s --recompute-method block recomputes a whole number of layers per stage: "
+                             f"recompute blocks:{s.recompute_blocks:g} must be a multiple of 1/(layers per stage)")
 
 
 def is_schedule(lay: Layouts, *names: str) -> np.ndarray:
@@ -85,20 +133,28 @@ def is_schedule(lay: Layouts, *names: str) -> np.ndarray:
     return np.isin(lay.schedule, [SCHEDULES.index(n) for n in names])
 
 
-def supported_mask(rules: Iterable[Support], lay: Layouts, model: ModelSpec | None) -> np.ndarray:
+def supported_mask(rules: Iterable[Support], lay: Layouts, known: Known) -> np.ndarray:
     ok = np.ones(len(lay), dtype=bool)
     for rule in rules:
-        ok &= np.asarray(rule.ok(lay, model), dtype=bool)
+        # Not in place: the search passes Layouts whose fields broadcast against each other (one axis each),
+        # and the mask then widens to the axes the rules read.
+        ok = ok & np.asarray(rule.ok(lay, known), dtype=bool)
     return ok
 
 
-def first_unsupported(rules: Iterable[Support], strategy: Strategy, model: ModelSpec | None) -> str | None:
-    """Reason of the first rule the layout breaks, or None."""
+def first_unsupported(rules: Iterable[Support], strategy: Strategy, known: Known) -> str | None:
+    """Reason of the first rule the layout breaks, or None; a rule of some versions only names them."""
     lay = Layouts.from_strategies([strategy])
     for rule in rules:
-        if not bool(np.asarray(rule.ok(lay, model))[0]):
-            return rule.why(strategy)
+        if not bool(np.asarray(rule.ok(lay, known))[0]):
+            return rule.why(strategy) + (f" ({', '.join(rule.targets)})" if rule.targets else "")
     return None
+
+
+def versions(targets: Iterable[Target]) -> str:
+    """ "A, B and C": the versions a file is written for, as its header names them."""
+    labels = [t.label for t in targets]
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
 
 
 def describe(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> str:

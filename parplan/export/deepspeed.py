@@ -16,15 +16,20 @@ import numpy as np
 
 from parplan.export.common import (
     Flag,
+    Known,
     Launch,
     Support,
+    Target,
     describe,
     is_dispatch,
     is_recompute,
     is_schedule,
     megatron_recompute_flags,
     no_redundant_experts,
+    recomputed_blocks,
     shell_array,
+    versions,
+    whole_block_count,
 )
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
@@ -34,47 +39,52 @@ NAME = "DeepSpeed"
 CONFIG = "ds_config.json"
 ARGS = "megatron_deepspeed_args.sh"
 
+TARGETS = (Target("0.19.8", "DeepSpeed 0.19.8 with Megatron-DeepSpeed 4efb479"),)
+"""The DeepSpeedConfig and Megatron-DeepSpeed argument parser the files were checked against
+(tests/data/frameworks/deepspeed-0.19.8.txt, megatron-deepspeed-HEAD.txt)."""
+
 _BUCKET = 500_000_000
 """DeepSpeed's default reduce/allgather bucket, elements (ecosystem.md A3), written out so it can be tuned."""
 
 
-def _dense_or_pp1(lay: Layouts, m: ModelSpec | None) -> np.ndarray:
-    # Needs the model: without one every layout passes (see common.Support).
-    return np.full(len(lay), True) if m is None or m.moe is None else lay.pp == 1
+def _dense_or_pp1(lay: Layouts, c: Known) -> np.ndarray:
+    # Needs the model: without one every layout passes (see common.Known).
+    return np.full(len(lay), True) if c.model is None or c.model.moe is None else lay.pp == 1
 
 
 RULES: tuple[Support, ...] = (
-    Support("no_context_parallel", lambda lay, m: lay.cp == 1,
+    Support("no_context_parallel", lambda lay, c: lay.cp == 1,
             lambda s: f"DeepSpeed has no ring-attention context parallelism (cp={s.cp}); its sequence parallelism "
                       f"(Ulysses, --ds-sequence-parallel-size) splits attention heads with all-to-alls, a "
                       f"different scheme parplan does not model"),
-    Support("pipeline_zero_0_1", lambda lay, m: (lay.pp == 1) | (lay.zero <= 1),
+    Support("pipeline_zero_0_1", lambda lay, c: (lay.pp == 1) | (lay.zero <= 1),
             lambda s: f"DeepSpeed's PipelineEngine supports only ZeRO stage 0 or 1, not zero={s.zero} with "
                       f"pp={s.pp}"),
-    Support("one_chunk_schedules", lambda lay, m: ~is_schedule(lay, "interleaved", "dualpipe", "dualpipev"),
+    Support("one_chunk_schedules", lambda lay, c: ~is_schedule(lay, "interleaved", "dualpipe", "dualpipev"),
             lambda s: f"DeepSpeed's PipelineEngine holds one stage per rank and runs 1F1B (or ZB-H1 via "
                       f"Megatron-DeepSpeed --enable-zbh1-pipeline); it has no {s.schedule} schedule"),
-    Support("zbh1_without_sp", lambda lay, m: ~is_schedule(lay, "zb-h1") | ~lay.sp,
+    Support("zbh1_without_sp", lambda lay, c: ~is_schedule(lay, "zb-h1") | ~lay.sp,
             lambda s: "Megatron-DeepSpeed asserts --sequence-parallel is off with --enable-zbh1-pipeline; "
                       "set sp off or use schedule 1f1b"),
-    Support("no_fp8", lambda lay, m: lay.precision != PRECISIONS.index("fp8"),
+    Support("no_fp8", lambda lay, c: lay.precision != PRECISIONS.index("fp8"),
             lambda s: "the DeepSpeed config has no fp8 training mode (Megatron-DeepSpeed's --fp8-hybrid path "
                       "needs Transformer Engine layers parplan does not emit); use precision bf16"),
-    Support("no_tp_overlap", lambda lay, m: ~lay.tp_overlap,
+    Support("no_tp_overlap", lambda lay, c: ~lay.tp_overlap,
             lambda s: "Megatron-DeepSpeed has no --tp-comm-overlap; set tp_overlap off"),
-    Support("expert_tp", lambda lay, m: (lay.etp == lay.tp) | ((lay.etp == 1) & (lay.ep == 1)),
+    Support("expert_tp", lambda lay, c: (lay.etp == lay.tp) | ((lay.etp == 1) & (lay.ep == 1)),
             lambda s: f"DeepSpeed MoE carves expert parallelism out of the data-parallel ranks only, and experts "
                       f"are either replicated over TP or split over all of it (--enable-expert-tensor-"
                       f"parallelism): etp must equal tp={s.tp}" + ("" if s.ep > 1 else " or be 1")),
     Support("moe_without_pp", _dense_or_pp1,
             lambda s: f"Megatron-DeepSpeed does not support pipeline parallelism for MoE models (pp={s.pp}); "
                       f"use pp=1"),
-    Support("alltoall_dispatch", lambda lay, m: is_dispatch(lay, "alltoall") & ~lay.ep_overlap,
+    Support("alltoall_dispatch", lambda lay, c: is_dispatch(lay, "alltoall") & ~lay.ep_overlap,
             lambda s: "DeepSpeed MoE dispatches with a plain all-to-all and does not overlap it with another "
                       "micro-batch: use dispatch alltoall without ep_overlap"),
-    Support("no_module_recompute", lambda lay, m: ~is_recompute(lay, "modules"),
+    Support("no_module_recompute", lambda lay, c: ~is_recompute(lay, "modules"),
             lambda s: "Megatron-DeepSpeed has no --recompute-modules; use recompute selective or full"),
     no_redundant_experts("DeepSpeed"),
+    whole_block_count("Megatron-DeepSpeed"),
 )
 
 
@@ -118,18 +128,18 @@ def launcher_args(model: ModelSpec, s: Strategy) -> list[Flag]:
             flags.append(("--enable-expert-tensor-parallelism",))
     flags += [("--micro-batch-size", str(s.mbs)), ("--global-batch-size", str(s.gbs)),
               ("--seq-length", str(s.seq))]
-    flags += megatron_recompute_flags(s.recompute)
+    flags += megatron_recompute_flags(s.recompute, recomputed_blocks(model, s) if s.recompute_blocks < 1 else None)
     if s.flash_attention:
         flags.append(("--use-flash-attn-v2",))
     flags.append(("--bf16",))
     return flags
 
 
-def launch(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> Launch:
+def launch(model: ModelSpec, cluster: ClusterSpec, s: Strategy, targets: tuple[Target, ...] = TARGETS) -> Launch:
     config = json.dumps(ds_config(cluster, s), indent=2) + "\n"
     args = shell_array(
         "DS_ARGS", launcher_args(model, s),
-        header=["parplan: Megatron-DeepSpeed pretrain_gpt.py parallel and batch arguments",
+        header=[f"parplan: Megatron-DeepSpeed pretrain_gpt.py parallel and batch arguments for {versions(targets)}",
                 describe(model, cluster, s)],
         usage='deepspeed pretrain_gpt.py "${DS_ARGS[@]}" <model, data, tokenizer and optimizer arguments>',
     )

@@ -1,11 +1,15 @@
 """Megatron-LM: the chosen layout as `pretrain_gpt.py` arguments (a bash array).
 
-Sources: flag names, types and validation rules from ``reference/ecosystem.md`` §A2 and §0 items 3-7
-(Megatron-LM HEAD d98e8a6, releases core_v0.4-core_v0.19); the Megatron-FSDP flag set from Megatron-LM's
-``docs/discussions/megatron-fsdp-user-guide``; the `--pipeline-model-parallel-layout` grammar (E embedding,
-t layer, m MTP layer, L loss, `|` between virtual stages, `x*n` repeats) from
-``megatron/core/transformer/pipeline_parallel_layer_layout.py`` (core_v0.13+); `--use-rope-scaling` and
-`--attention-backend` from ``megatron/training/arguments.py``.
+Targets (`TARGETS`): Megatron-LM core_v0.16.1, core_v0.19.0 and HEAD d98e8a6; every flag, its type and
+choices are checked against the parser of each (tests/data/frameworks/megatron-*.txt, read off
+``megatron/training/arguments.py``), and the cross-option rules of their validate_args and TransformerConfig
+are the support rules below or are kept by construction (checked in tests/framework_options.py).
+
+Sources: flag names and meanings from ``reference/ecosystem.md`` §A2 and §0 items 3-7; the Megatron-FSDP
+flag set from Megatron-LM's ``docs/discussions/megatron-fsdp-user-guide``; the
+`--pipeline-model-parallel-layout` grammar (E embedding, t layer, m MTP layer, L loss, `|` between virtual
+stages, `x*n` repeats) from ``megatron/core/transformer/pipeline_parallel_layer_layout.py`` (core_v0.13+);
+`--use-rope-scaling` and `--attention-backend` from ``megatron/training/arguments.py``.
 """
 
 from __future__ import annotations
@@ -14,12 +18,16 @@ from parplan.export.common import (
     Flag,
     Launch,
     Support,
+    Target,
     describe,
     is_dispatch,
     is_schedule,
     megatron_recompute_flags,
     no_redundant_experts,
+    recomputed_blocks,
     shell_array,
+    versions,
+    whole_block_count,
 )
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
@@ -29,20 +37,39 @@ from parplan.planner.strategy import Strategy
 NAME = "Megatron-LM"
 FILE = "pretrain_gpt_args.sh"
 
+TARGETS = (Target("core_v0.16.1", "Megatron-LM core_v0.16.1 (55ac708)"),
+           Target("core_v0.19.0", "Megatron-LM core_v0.19.0 (5be9626)"),
+           Target("HEAD", "Megatron-LM HEAD d98e8a6"))
+"""The releases whose megatron/training/arguments.py, validate_args and TransformerConfig the flags were
+checked against (tests/data/frameworks/megatron-*.txt); one file serves all three."""
+
+def fp8_recipe(s: Strategy) -> str:
+    """Megatron's default, delayed scaling, unless the layout recomputes layernorm and moe_act, which
+    TransformerConfig.__post_init__ refuses with it ("Delayed scaling does not support moe_act and layernorm
+    recompute for fp8", megatron/core/transformer/transformer_config.py): then per-tensor current scaling,
+    which runs on Hopper and Blackwell. parplan costs delayed scaling's single-pass cast."""
+    return "tensorwise" if s.recompute == "modules" else "delayed"
+
+
 RULES: tuple[Support, ...] = (
-    Support("no_zero_bubble", lambda lay, m: ~is_schedule(lay, "zb-h1"),
+    Support("no_zero_bubble", lambda lay, c: ~is_schedule(lay, "zb-h1"),
             lambda s: "Megatron-LM has no zero-bubble (ZB-H1) schedule (it lives in the sail-sg zero-bubble "
                       "fork and in Megatron-DeepSpeed); use schedule 1f1b or interleaved"),
-    Support("no_dualpipe", lambda lay, m: ~is_schedule(lay, "dualpipe", "dualpipev"),
+    Support("no_dualpipe", lambda lay, c: ~is_schedule(lay, "dualpipe", "dualpipev"),
             lambda s: f"{s.schedule} is DeepSeek's schedule (deepseek-ai/DualPipe, torchtitan), not part of "
                       f"Megatron-LM; use schedule 1f1b or interleaved"),
-    Support("fsdp_without_pp", lambda lay, m: (lay.zero <= 1) | (lay.pp == 1),
+    Support("fsdp_without_pp", lambda lay, c: (lay.zero <= 1) | (lay.pp == 1),
             lambda s: f"zero={s.zero} maps to Megatron-FSDP (--use-megatron-fsdp), which cannot be combined with "
                       f"pipeline parallelism (pp={s.pp}); use zero 0/1 (1 = --use-distributed-optimizer) with "
                       f"pp > 1, or pp = 1"),
-    Support("no_fp8_dispatch", lambda lay, m: ~is_dispatch(lay, "deepep-fp8"),
+    Support("no_fp8_dispatch", lambda lay, c: ~is_dispatch(lay, "deepep-fp8"),
             lambda s: "Megatron's flex dispatcher sends bf16 tokens through DeepEP; use dispatch deepep"),
+    Support("waiting_interleaved_pp_above_2", lambda lay, c: lay.p2p_overlap | ~is_schedule(lay, "interleaved")
+            | (lay.pp > 2),
+            lambda s: f"validate_args asserts pp > 2 for an interleaved schedule without p2p overlap "
+                      f"(two ranks would send and receive twice in one batch), got pp={s.pp}"),
     no_redundant_experts("Megatron-LM"),
+    whole_block_count("Megatron-LM"),
 )
 
 # ZeRO stage -> Megatron-FSDP sharding strategy (ecosystem.md A2: --data-parallel-sharding-strategy).
@@ -117,7 +144,7 @@ def _parallel(model: ModelSpec, s: Strategy) -> list[Flag]:
             ["mla_up_proj"] if model.attention.mla else [])
         flags += [("--recompute-granularity", "selective"), ("--recompute-modules", *modules)]
     else:
-        flags += megatron_recompute_flags(s.recompute)
+        flags += megatron_recompute_flags(s.recompute, recomputed_blocks(model, s) if s.recompute_blocks < 1 else None)
     if s.ep_overlap:
         flags.append(("--overlap-moe-expert-parallel-comm",))
     return flags
@@ -220,18 +247,18 @@ def _model(model: ModelSpec, s: Strategy) -> tuple[list[Flag], list[str]]:
     return flags, notes
 
 
-def launch(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> Launch:
+def launch(model: ModelSpec, cluster: ClusterSpec, s: Strategy, targets: tuple[Target, ...] = TARGETS) -> Launch:
     model_flags, notes = _model(model, s)
     flags = _parallel(model, s) + model_flags
     flags += [("--micro-batch-size", str(s.mbs)), ("--global-batch-size", str(s.gbs)), ("--bf16",)]
     if s.precision == "fp8":
-        flags.append(("--fp8-format", "hybrid"))
-        notes.append("--fp8-recipe is left at Megatron's default (delayed; core_v0.12+ also offers tensorwise, "
-                     "mxfp8 and blockwise)")
-    microbatches = s.microbatches(cluster.gpus)
-    if s.schedule == "interleaved" and microbatches % s.pp:
-        notes.append(f"{microbatches} micro-batches is not a multiple of pp={s.pp}: releases before the "
-                     f"--microbatch-group-size-per-virtual-pipeline-stage option refuse this interleaved run")
+        flags += [("--fp8-format", "hybrid"), ("--fp8-recipe", fp8_recipe(s))]
+        if s.recompute == "modules":
+            notes.append("--fp8-recipe tensorwise: delayed scaling refuses layernorm/moe_act recompute; current "
+                         "scaling reads each bf16 operand once more for its amax than the delayed-scaling cast "
+                         "parplan costs, and this recompute needs Transformer Engine >= 2.6")
+        notes.append("mxfp8 (Blackwell) and blockwise (DeepSeek-V3's 1x128 tiles) are the other --fp8-recipe "
+                     "choices")
     if s.zero >= 2:
         notes.append("Megatron-FSDP wants CUDA_DEVICE_MAX_CONNECTIONS unset and an fsdp_dtensor checkpoint")
     elif s.tp > 1 or s.cp > 1:
@@ -239,7 +266,8 @@ def launch(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> Launch:
     if not s.flash_attention:
         # The plan costed attention that materialises the scores; run what was costed.
         flags.append(("--attention-backend", "unfused"))
-    if not s.p2p_overlap:
+    if not s.p2p_overlap and s.schedule == "interleaved":
+        # Only the interleaved schedule overlaps (validate_args turns overlap_p2p_comm off for the others).
         flags.append(("--no-overlap-p2p-communication",))
     if s.pp_scatter_gather:
         notes.append("the plan costed legacy Megatron-LM's scatter-gather of stage tensors; Megatron-Core sends "
@@ -247,8 +275,7 @@ def launch(model: ModelSpec, cluster: ClusterSpec, s: Strategy) -> Launch:
     notes.append("data, tokenizer, optimizer, learning-rate, logging and checkpoint arguments are yours to add")
     text = shell_array(
         "MEGATRON_ARGS", flags,
-        header=["parplan: Megatron-LM pretrain_gpt.py arguments (flag names per core_v0.16+, most exist earlier)",
-                describe(model, cluster, s)],
+        header=[f"parplan: pretrain_gpt.py arguments for {versions(targets)}", describe(model, cluster, s)],
         usage='torchrun ... pretrain_gpt.py "${MEGATRON_ARGS[@]}" <data, tokenizer and optimizer arguments>',
     )
     return Launch(framework="megatron", files={FILE: text}, notes=tuple(notes))

@@ -44,9 +44,16 @@ def _kernel_time(gpu: GPUSpec, m: np.ndarray, n: np.ndarray, k: np.ndarray, coun
     the best of a few tile shapes.
     """
     best = None
+    ceil_m: dict[int, np.ndarray] = {}  # tile counts along m and n, shared by the candidates of equal side
+    ceil_n: dict[int, np.ndarray] = {}
+    k_chunks = np.floor(k / 512)
     for (tm, tn), rate_factor in _tile_candidates(gpu):
-        tiles = np.ceil(m / tm) * np.ceil(n / tn) * count
-        splits = np.maximum(1.0, np.minimum(np.floor(gpu.sm_count / tiles), np.floor(k / 512)))
+        if tm not in ceil_m:
+            ceil_m[tm] = np.ceil(m / tm)
+        if tn not in ceil_n:
+            ceil_n[tn] = np.ceil(n / tn)
+        tiles = ceil_m[tm] * ceil_n[tn] * count
+        splits = np.maximum(1.0, np.minimum(np.floor(gpu.sm_count / tiles), k_chunks))
         waves = np.ceil(tiles * splits / gpu.sm_count)
         mainloop = 2.0 * tm * tn * (k / splits) / (per_sm_flops * rate_factor)
         t = waves * (mainloop + gpu.gemm_tile_overhead_us * 1e-6)
@@ -59,11 +66,23 @@ SMALL_TILE_RATE = 0.9
 per FLOP ((tm+tn)/(tm·tn)), an estimate; the kernel library falls back to it when it quantises better."""
 
 
+SKINNY_TILE_ROWS = 16
+"""Rows of the tile GEMM libraries use for a few tokens against a large weight: with swap-AB the tokens become
+the narrow N side of the MMA, down to 8 on Hopper wgmma (TensorRT-LLM and vLLM small-M kernels); 16 assumed."""
+
+SKINNY_TILE_RATE = 0.5
+"""Throughput of the skinny tile relative to the large tile: it loads (16 + 256)/(16·256), six times the large
+tile's operand bytes per FLOP; half the rate assumed (an estimate). It only wins where the GEMM has a few rows,
+which HBM traffic bounds anyway."""
+
+
 def _tile_candidates(gpu: GPUSpec) -> list[tuple[tuple[int, int], float]]:
-    """Tile shapes a GEMM library chooses from: both orientations of the large tile, and a square one."""
+    """Tile shapes a GEMM library chooses from: both orientations of the large tile, a square one, and a skinny
+    one for a few rows (decode steps)."""
     tm, tn = gpu.gemm_tile
     small = min(tm, tn)
-    return [((tm, tn), 1.0), ((tn, tm), 1.0), ((small, small), SMALL_TILE_RATE)]
+    return [((tm, tn), 1.0), ((tn, tm), 1.0), ((small, small), SMALL_TILE_RATE),
+            ((SKINNY_TILE_ROWS, max(tm, tn)), SKINNY_TILE_RATE)]
 
 
 def _steady_rate(gpu: GPUSpec, dtype: str) -> tuple[float, float]:
@@ -109,16 +128,27 @@ def gemm_efficiency(gpu: GPUSpec, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtyp
     return np.minimum(eff, fraction)
 
 
+DTYPE_BYTES = {"bf16": 2.0, "fp16": 2.0, "tf32": 4.0, "fp8": 1.0, "fp4": 0.5 + 1 / 16, "int4": 0.5 + 2 / 32}
+"""Bytes per element of a GEMM operand: fp4 is NVFP4, 4-bit values plus one fp8 scale per 16 (NVIDIA Blackwell
+NVFP4 format; MXFP4's one 8-bit scale per 32 is within 2%); int4 is a weight-only format with one bf16 scale per
+group of 32 (Kimi-K2.5 compressed-tensors, group_size 32)."""
+
+
 def gemm_time(gpu: GPUSpec, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str = "bf16",
-              count: ArrayLike = 1) -> np.ndarray:
-    """Seconds for `count` GEMMs of shape (m×k)·(k×n): the slower of tensor-core time and HBM traffic."""
+              count: ArrayLike = 1, weight_bytes: ArrayLike | None = None) -> np.ndarray:
+    """Seconds for `count` GEMMs of shape (m×k)·(k×n): the slower of tensor-core time and HBM traffic.
+
+    `dtype` is the tensor-core type both operands enter the MMA in; `weight_bytes` (bytes per element of the
+    k×n operand, default the dtype's) covers weight-only quantisation, where 4-bit weights stream from HBM and
+    are dequantised on the fly (Marlin-style W4A16 kernels)."""
     m = np.asarray(m, dtype=float)
     n = np.asarray(n, dtype=float)
     k = np.asarray(k, dtype=float)
     flops = 2.0 * m * n * k * count
     compute = flops / (gpu.peak_tflops[dtype] * 1e12 * gemm_efficiency(gpu, m, n, k, dtype, count))
-    in_bytes = 1.0 if dtype == "fp8" else 2.0
-    traffic = ((m * k + k * n) * in_bytes + m * n * 2.0) * count
+    in_bytes = DTYPE_BYTES[dtype]
+    w_bytes = in_bytes if weight_bytes is None else np.asarray(weight_bytes, dtype=float)
+    traffic = (m * k * in_bytes + k * n * w_bytes + m * n * 2.0) * count
     memory = traffic / (gpu.hbm_tbps * 1e12 * gpu.hbm_efficiency) + gpu.kernel_launch_us * 1e-6
     return np.maximum(compute, memory)
 
@@ -135,13 +165,18 @@ def memory_bound_time(gpu: GPUSpec, nbytes: ArrayLike, kernels: ArrayLike = 1) -
     return stream + np.asarray(kernels, dtype=float) * gpu.kernel_launch_us * 1e-6
 
 
-def attention_efficiency(gpu: GPUSpec, kv_len: ArrayLike, backward: bool = False) -> np.ndarray:
-    """Flash-attention throughput / bf16 peak at `kv_len` keys per query.
+def attention_efficiency(gpu: GPUSpec, kv_len: ArrayLike, backward: bool = False,
+                         kernel: str | None = None) -> np.ndarray:
+    """Flash-attention throughput / bf16 peak at `kv_len` keys per query, for the GPU's best kernel or the
+    named kernel generation (GPUSpec.attention_kernel_fwd/bwd).
 
     Saturating fit of the FlashAttention-3 sequence sweep (arXiv 2407.08608, hd128 causal forward:
     ~324, 560, 637 TFLOP/s at 512, 2k, 4k tokens = 740·s/(s+650)).
     """
-    frac = gpu.attention_bwd_fraction if backward else gpu.attention_fwd_fraction
+    if backward:
+        frac = gpu.attention_kernel_bwd.get(kernel, gpu.attention_bwd_fraction)
+    else:
+        frac = gpu.attention_kernel_fwd.get(kernel, gpu.attention_fwd_fraction)
     s = np.maximum(np.asarray(kv_len, dtype=float), 1.0)
     return frac * s / (s + gpu.attention_half_seq)
 
@@ -158,12 +193,27 @@ def attention_forward_flops(batch: ArrayLike, heads: ArrayLike, queries: ArrayLi
     return 2.0 * np.asarray(batch) * heads * queries * keys * (np.asarray(d_qk) + d_v)
 
 
-def flash_attention_time(gpu: GPUSpec, forward_flops: ArrayLike, kv_len: ArrayLike, peak_flops: ArrayLike
-                         ) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) seconds of flash attention doing `forward_flops` at `kv_len` keys per query."""
-    fwd = forward_flops / (peak_flops * attention_efficiency(gpu, kv_len))
-    bwd = FLASH_BACKWARD_FLOPS * forward_flops / (peak_flops * attention_efficiency(gpu, kv_len, backward=True))
+def flash_attention_time(gpu: GPUSpec, forward_flops: ArrayLike, kv_len: ArrayLike, peak_flops: ArrayLike,
+                         kernel: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of flash attention doing `forward_flops` at `kv_len` keys per query, with
+    the GPU's best kernel or the named kernel generation."""
+    fwd = forward_flops / (peak_flops * attention_efficiency(gpu, kv_len, kernel=kernel))
+    bwd = FLASH_BACKWARD_FLOPS * forward_flops / (peak_flops * attention_efficiency(gpu, kv_len, backward=True,
+                                                                                     kernel=kernel))
     return fwd, bwd
+
+
+def decode_attention_time(gpu: GPUSpec, kv_bytes: ArrayLike, flops: ArrayLike, peak_flops: ArrayLike,
+                          kernels: ArrayLike = 1) -> np.ndarray:
+    """Seconds of attention for queries that read a KV cache (decode, or a short chunk against a long
+    prefix): the slower of streaming `kv_bytes` through HBM and doing `flops` at the flash-attention
+    forward fraction of `peak_flops`. FlashMLA shows both regimes on one kernel: up to 3000 GB/s (0.90 of
+    the H800's 3.35 TB/s) memory-bound and 660 TFLOP/s (0.67 of 989) compute-bound (deepseek-ai/FlashMLA
+    README), close to hbm_efficiency and attention_fwd_fraction; MLA's absorbed attention with 128 heads is
+    the compute-bound case."""
+    compute = np.asarray(flops, dtype=float) / (np.asarray(peak_flops, dtype=float) * gpu.attention_fwd_fraction)
+    return np.maximum(memory_bound_time(gpu, kv_bytes, kernels), compute + np.asarray(kernels) * gpu.kernel_launch_us
+                      * 1e-6)
 
 
 # ---------------------------------------------------------------------------------------- communication

@@ -33,7 +33,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares, lsq_linear
 
 from parplan.errors import ConfigError
 from parplan.hardware.efficiency import (
@@ -106,6 +105,8 @@ def fit_alpha_beta(samples: Sequence[CollectiveSample], *, min_bytes: int = 0) -
     messages, to fit the bandwidth-bound range only: NCCL switches protocol (LL -> LL128 -> Simple) with
     size, so a single α-β line is a compromise over the whole sweep (reported as `rms_rel_error`).
     """
+    from scipy.optimize import lsq_linear  # scipy (0.5 s to import) loads only when a fit runs
+
     used = [s for s in samples if s.size_bytes >= min_bytes]
     keys = {(s.collective, s.ranks, s.ranks_per_node) for s in samples}
     if len(keys) > 1:
@@ -213,6 +214,8 @@ def _least_squares(fun: Callable[[np.ndarray], np.ndarray], x0: Sequence[float],
                    upper: Sequence[float]) -> np.ndarray:
     """Bounded nonlinear least squares; the cost model has kinks (tile choice, roofline max), so the
     finite-difference step is kept well above rounding noise."""
+    from scipy.optimize import least_squares  # scipy (0.5 s to import) loads only when a fit runs
+
     x0 = np.clip(np.asarray(x0, dtype=float), lower, upper)
     return least_squares(fun, x0, bounds=(lower, upper), diff_step=1e-4, x_scale="jac").x
 

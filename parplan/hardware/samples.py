@@ -31,7 +31,7 @@ from parplan._input import read_yaml, write_yaml
 from parplan._mapping import Fields, dataclass_from_mapping, require
 from parplan.errors import ConfigError
 from parplan.hardware.efficiency import Collective
-from parplan.hardware.spec import MAX_GPUS
+from parplan.limits import MAX_GPUS
 
 COLLECTIVES = (*(c.value for c in Collective), "broadcast")
 """Collective names of samples: the cost model's `Collective` values, plus broadcast (nccl-tests has it)."""

@@ -11,13 +11,12 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from parplan._mapping import require
+from parplan.limits import MAX_GPUS
 
-DTYPES = ("bf16", "fp16", "fp8", "tf32")
+DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32")
 _HUGE = 1e9
 """Upper bound of every hardware quantity in its unit (TFLOP/s, GB/s, GiB, µs): a million times today's
 GPUs and links, so only the absurd is refused, and products of such numbers stay finite."""
-MAX_GPUS = 2**24
-"""Most GPUs a cluster may hold: 80 times the largest built (about 200,000 GPUs)."""
 
 
 def _positive(value: float | None, optional: bool = False) -> bool:
@@ -65,6 +64,12 @@ class GPUSpec:
     """Flash-attention forward throughput / bf16 peak at long sequence."""
     attention_bwd_fraction: float = 0.45
     """Flash-attention backward throughput / bf16 peak at long sequence (FLOPs counted as 2.5× forward)."""
+    attention_kernel_fwd: dict[str, float] = field(default_factory=dict)
+    """Forward throughput / bf16 peak at long sequence of flash-attention kernel generations slower than this
+    GPU's best (stacks.spec.ATTENTION_KERNELS, e.g. {fa2: 0.35} on Hopper); a kernel not listed runs at
+    attention_fwd_fraction."""
+    attention_kernel_bwd: dict[str, float] = field(default_factory=dict)
+    """Backward counterpart of attention_kernel_fwd (FLOPs counted as 2.5× forward)."""
     attention_half_seq: int = 650
     """Sequence length at which flash attention reaches half of its long-sequence throughput, tokens."""
 
@@ -94,6 +99,11 @@ class GPUSpec:
     @property
     def supports_fp8(self) -> bool:
         return "fp8" in self.peak_tflops
+
+    @property
+    def supports_fp4(self) -> bool:
+        """FP4 tensor cores (Blackwell NVFP4/MXFP4); elsewhere 4-bit weights are dequantised for the GEMM."""
+        return "fp4" in self.peak_tflops
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -139,8 +149,11 @@ class Calibration:
     nvlink_overlap_cost: float = 0.15
     """Share of compute throughput lost while NVLink communication overlaps it (Calculon's processor_usage
     for NVLink tiers, systems/*.json)."""
-    nic_overlap_cost: float = 0.02
-    """Same for communication over the NIC (Calculon: 2% for InfiniBand tiers)."""
+    nic_overlap_cost: float = 0.15
+    """Same for communication over the NIC. NCCL drives cross-node collectives with SM kernels too (one CTA
+    per channel, the data staged through HBM), so the share is the NVLink one: DeepSeek-V3 §3.2.2 gives 20 of
+    the H800's 132 SMs (15%) to communication kernels. (Calculon's 2% for InfiniBand tiers left fms-fsdp's
+    and MaxText's FSDP traffic free.)"""
 
     def __post_init__(self) -> None:
         require([

@@ -1,34 +1,14 @@
-"""What is trained: model descriptions, Hugging Face config reader, presets."""
+"""What is trained: model descriptions, Hugging Face config reader, presets.
 
-from parplan.models.hf import load_hf_config, model_from_hf_dict
-from parplan.models.presets import load_model, preset_names
-from parplan.models.spec import (
-    AttentionSpec,
-    Block,
-    LayerKind,
-    Linear,
-    MLASpec,
-    MLPSpec,
-    ModelSpec,
-    MoESpec,
-    Shard,
-)
-from parplan.models.yaml_format import load_model_yaml, model_from_yaml_dict
+Public names load on first use (parplan._lazy).
+"""
 
-__all__ = [
-    "AttentionSpec",
-    "Block",
-    "LayerKind",
-    "Linear",
-    "MLASpec",
-    "MLPSpec",
-    "MoESpec",
-    "ModelSpec",
-    "Shard",
-    "load_hf_config",
-    "load_model",
-    "load_model_yaml",
-    "model_from_hf_dict",
-    "model_from_yaml_dict",
-    "preset_names",
-]
+from parplan._lazy import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "parplan.models.hf": ("load_hf_config", "model_from_hf_dict"),
+    "parplan.models.presets": ("hub_ids", "load_model", "preset_names"),
+    "parplan.models.spec": ("AttentionSpec", "Block", "IndexerSpec", "LayerKind", "Linear", "LinearAttentionSpec",
+                            "MLASpec", "MLPSpec", "ModelSpec", "MoESpec", "Shard"),
+    "parplan.models.yaml_format": ("load_model_yaml", "model_from_yaml_dict"),
+})

@@ -7,6 +7,7 @@ configuration classes). Both the old keys (`rope_scaling`, `torch_dtype`) and th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,16 @@ from typing import Any
 from parplan._input import read_json
 from parplan._mapping import _MISSING, Fields
 from parplan.errors import ConfigError, UnsupportedModelError
-from parplan.models.spec import RANGES, AttentionSpec, MLASpec, MLPSpec, ModelSpec, MoESpec
+from parplan.models.spec import (
+    RANGES,
+    AttentionSpec,
+    IndexerSpec,
+    LinearAttentionSpec,
+    MLASpec,
+    MLPSpec,
+    ModelSpec,
+    MoESpec,
+)
 
 _KEYS: dict[str, str] = {
     "hidden_size": "hidden", "n_embd": "hidden", "num_hidden_layers": "layers", "n_layer": "layers",
@@ -83,20 +93,30 @@ def _common(f: _Fields, name: str, family: str, **kw: Any) -> dict[str, Any]:
     return base
 
 
+_LAYER_TYPES = {"full_attention", "sliding_attention", "linear_attention"}
+
+
+def _layer_counts(f: _Fields, layers: int, *, linear: bool) -> tuple[int, int]:
+    """(sliding, linear) layer counts from `layer_types`; linear_attention only where the reader models it."""
+    layer_types = f.list("layer_types", None)
+    if layer_types is None:
+        return 0, 0
+    allowed = _LAYER_TYPES if linear else _LAYER_TYPES - {"linear_attention"}
+    if len(layer_types) != layers or any(t not in allowed for t in layer_types):
+        raise f.error("layer_types", f"expected a list of {layers} layer types out of {', '.join(sorted(allowed))}")
+    return layer_types.count("sliding_attention"), layer_types.count("linear_attention")
+
+
 def _llama_like(f: _Fields, name: str, family: str, *, qkv_bias: bool, qk_norm: bool = False,
                 moe: MoESpec | None = None, out_bias: bool = False, sinks: bool = False,
-                mlp_bias: bool = False) -> ModelSpec:
+                mlp_bias: bool = False, linear: LinearAttentionSpec | None = None, **attention: Any
+                ) -> ModelSpec:
     hidden = f.int("hidden_size")
     heads = f.int("num_attention_heads")
     layers = f.int("num_hidden_layers")
     sliding_window = None
-    sliding_layers = 0
-    layer_types = f.list("layer_types", None)
-    if layer_types is not None:
-        if len(layer_types) != layers:
-            raise f.error("layer_types", f"expected a list of {layers} layer types, got {len(layer_types)}")
-        sliding_layers = sum(1 for t in layer_types if t == "sliding_attention")
-    elif f.has("sliding_window") and f.bool("use_sliding_window", True):
+    sliding_layers, linear_layers = _layer_counts(f, layers, linear=linear is not None)
+    if not f.has("layer_types") and f.has("sliding_window") and f.bool("use_sliding_window", True):
         # Mistral v0.1 style: every layer slides (Qwen sets use_sliding_window: false).
         sliding_layers = layers
     if sliding_layers:
@@ -104,7 +124,7 @@ def _llama_like(f: _Fields, name: str, family: str, *, qkv_bias: bool, qk_norm: 
     if not f.has("head_dim") and hidden < heads:
         raise f.error("hidden_size", f"must be at least num_attention_heads ({heads}): head_dim is hidden_size / "
                                      "num_attention_heads when the config gives none")
-    attention = AttentionSpec(
+    spec = AttentionSpec(
         heads=heads,
         kv_heads=f.int("num_key_value_heads", heads),
         head_dim=f.int("head_dim", hidden // heads),
@@ -114,13 +134,16 @@ def _llama_like(f: _Fields, name: str, family: str, *, qkv_bias: bool, qk_norm: 
         sinks=sinks,
         sliding_window=sliding_window,
         sliding_layers=sliding_layers,
+        linear=linear if linear_layers else None,
+        linear_layers=linear_layers,
+        **attention,
     )
     return ModelSpec(**_common(
         f, name, family,
         hidden=hidden,
         layers=layers,
         vocab=f.int("vocab_size"),
-        attention=attention,
+        attention=spec,
         mlp=MLPSpec(ffn=f.int("intermediate_size"), gated=True, bias=mlp_bias,
                     activation=f.str("hidden_act", "silu")),
         moe=moe,
@@ -191,6 +214,8 @@ def _read_gpt_oss(f: _Fields, name: str) -> ModelSpec:
 
 
 def _read_deepseek(f: _Fields, name: str, family: str) -> ModelSpec:
+    """DeepSeek-V2/V3 and the models built on them: Kimi K2 (kimi_k2) and GLM-5 (glm_moe_dsa, whose sparse
+    attention adds an indexer, read from index_*)."""
     hidden = f.int("hidden_size")
     layers = f.int("num_hidden_layers")
     heads = f.int("num_attention_heads")
@@ -213,8 +238,12 @@ def _read_deepseek(f: _Fields, name: str, family: str) -> ModelSpec:
             n_group=f.int("n_group", 1),
             topk_group=f.int("topk_group", 1),
         )
+    indexer = None
+    if f.has("index_topk"):
+        indexer = IndexerSpec(heads=f.int("index_n_heads"), head_dim=f.int("index_head_dim"),
+                              topk=f.int("index_topk"))
     attention = AttentionSpec(heads=heads, kv_heads=heads, head_dim=mla.qk_nope_head_dim + mla.qk_rope_head_dim,
-                              qkv_bias=f.bool("attention_bias", False), mla=mla)
+                              qkv_bias=f.bool("attention_bias", False), mla=mla, indexer=indexer)
     return ModelSpec(**_common(
         f, name, family,
         hidden=hidden,
@@ -227,6 +256,82 @@ def _read_deepseek(f: _Fields, name: str, family: str) -> ModelSpec:
         tied_embeddings=f.bool("tie_word_embeddings", False),
         mtp_layers=f.int("num_nextn_predict_layers", 0),
     ))
+
+
+def _read_minimax_m2(f: _Fields, name: str) -> ModelSpec:
+    """MiniMax-M2 (configuration_minimax_m2.py): GQA with head_dim·heads wider than hidden, q/k norms over all
+    heads (qk_norm_type per_layer), sigmoid routing with a correction bias, every layer MoE without a shared
+    expert (intermediate_size is the expert width), and num_mtp_modules MTP modules."""
+    layers = f.int("num_hidden_layers")
+    types = f.data.get("attn_type_list")
+    if types is not None and (not isinstance(types, list) or any(t != 1 for t in types)):
+        raise f.error("attn_type_list", "only full attention (every entry 1) is modelled for minimax_m2")
+    norm_type = f.str("qk_norm_type", "per_layer")
+    if norm_type not in ("per_layer", "per_head"):
+        raise f.error("qk_norm_type", f"expected 'per_layer' or 'per_head', got {norm_type!r}")
+    qk_norm = f.bool("use_qk_norm", False)
+    shared_ffn = f.int("shared_intermediate_size", 0)
+    moe = MoESpec(experts=f.int("num_local_experts"), top_k=f.int("num_experts_per_tok"),
+                  expert_ffn=f.int("intermediate_size"), shared_experts=1 if shared_ffn else 0,
+                  shared_ffn=shared_ffn, score_correction_bias=f.bool("use_routing_bias", False),
+                  layers=(True,) * layers)
+    spec = _llama_like(f, name, "minimax_m2", qkv_bias=False, moe=moe,
+                       qk_norm=qk_norm and norm_type == "per_head", qk_norm_full=qk_norm and norm_type == "per_layer")
+    mtp = f.int("num_mtp_modules", 0) * f.int("mtp_transformer_layers", 1) if f.bool("use_mtp", False) else 0
+    return dataclasses.replace(spec, mtp_layers=mtp)
+
+
+def _read_llama4(f: _Fields, name: str) -> ModelSpec:
+    """Llama 4 text model (transformers Llama4TextConfig): routed experts plus one always-on shared expert of
+    intermediate_size on every interleave_moe_layer_step-th layer, dense layers of intermediate_size_mlp,
+    chunked local attention (attention_chunk_size) on the RoPE layers and global attention on the NoPE
+    ones (no_rope_layers: 1 = RoPE; empty = a NoPE layer every no_rope_layer_interval-th)."""
+    layers = f.int("num_hidden_layers")
+    step = f.int("interleave_moe_layer_step", 1)
+    moe_layers = f.int_list("moe_layers") or list(range(step - 1, layers, step))
+    expert_ffn = f.int("intermediate_size")
+    moe = MoESpec(experts=f.int("num_local_experts"), top_k=f.int("num_experts_per_tok"), expert_ffn=expert_ffn,
+                  shared_experts=1, shared_ffn=expert_ffn,
+                  layers=tuple(i in set(moe_layers) for i in range(layers)))
+    rope = f.int_list("no_rope_layers")
+    if rope and len(rope) < layers:
+        raise f.error("no_rope_layers", f"expected at least {layers} entries")
+    interval = f.int("no_rope_layer_interval", 4)
+    rope_layers = sum(rope[:layers]) if rope else sum(1 for i in range(layers) if (i + 1) % interval)
+    chunk = f.int("attention_chunk_size", 0)
+    data = dict(f.data)
+    data.pop("layer_types", None)  # Llama 4's layer_types name chunked/full, already read from no_rope_layers
+    spec = _llama_like(_Fields(data, f.file, f.section), name, "llama4", qkv_bias=f.bool("attention_bias", False),
+                       moe=moe)
+    # use_qk_norm is a weightless L2 norm in Llama 4: no parameters.
+    attention = spec.attention
+    if chunk:
+        attention = dataclasses.replace(attention, sliding_window=chunk, sliding_layers=rope_layers, chunked=True)
+    mlp = dataclasses.replace(spec.mlp, ffn=f.int("intermediate_size_mlp"))
+    return dataclasses.replace(spec, attention=attention, mlp=mlp)
+
+
+def _read_qwen3_5_moe(f: _Fields, name: str) -> ModelSpec:
+    """Qwen3.5 MoE text model (qwen3_5_moe_text): Gated DeltaNet linear-attention layers between full GQA
+    layers (layer_types, else every full_attention_interval-th layer is full), the full layers' query
+    projection doubled for the output gate, q/k norms, and experts plus a gated shared expert."""
+    layers = f.int("num_hidden_layers")
+    if f.data.get("layer_types") is None:
+        interval = f.int("full_attention_interval", 4)
+        f = _Fields({**f.data, "layer_types": ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+                                               for i in range(layers)]}, f.file, f.section)
+    linear = LinearAttentionSpec(
+        key_heads=f.int("linear_num_key_heads"), value_heads=f.int("linear_num_value_heads"),
+        key_head_dim=f.int("linear_key_head_dim"), value_head_dim=f.int("linear_value_head_dim"),
+        conv_kernel=f.int("linear_conv_kernel_dim"))
+    shared_ffn = f.int("shared_expert_intermediate_size", 0)
+    moe = MoESpec(experts=f.int("num_experts"), top_k=f.int("num_experts_per_tok"),
+                  expert_ffn=f.int("moe_intermediate_size"), shared_experts=1 if shared_ffn else 0,
+                  shared_ffn=shared_ffn, shared_gate=bool(shared_ffn), layers=_sparse_step_layers(f, layers))
+    data = {**f.data, "intermediate_size": f.int("intermediate_size", f.int("moe_intermediate_size"))}
+    spec = _llama_like(_Fields(data, f.file, f.section), name, "qwen3_5_moe", qkv_bias=f.bool("attention_bias", False),
+                       qk_norm=True, moe=moe, linear=linear, output_gate=f.bool("attn_output_gate", False))
+    return dataclasses.replace(spec, mtp_layers=f.int("mtp_num_hidden_layers", 0))
 
 
 def _read_gpt2(f: _Fields, name: str) -> ModelSpec:
@@ -275,6 +380,82 @@ def _read_gpt_neox(f: _Fields, name: str) -> ModelSpec:
     ))
 
 
+def _read_falcon(f: _Fields, name: str) -> ModelSpec:
+    """Falcon (transformers FalconConfig). With new_decoder_architecture (Falcon-40B/180B) attention has
+    num_kv_heads groups (multi_query is then ignored) and two LayerNorms per parallel block; the older
+    single-norm parallel blocks (Falcon-7B) are refused rather than miscounted."""
+    hidden = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    new_arch = f.bool("new_decoder_architecture", False)
+    if not new_arch and f.bool("parallel_attn", True):
+        raise ConfigError("Falcon blocks with one shared LayerNorm (parallel_attn without "
+                          "new_decoder_architecture) are not modelled", file=f.file, field="new_decoder_architecture")
+    kv = f.int("num_kv_heads", heads) if new_arch else (1 if f.bool("multi_query", True) else heads)
+    bias = f.bool("bias", False)
+    attention = AttentionSpec(heads=heads, kv_heads=kv, head_dim=hidden // heads, qkv_bias=bias, out_bias=bias)
+    return ModelSpec(**_common(
+        f, name, "falcon",
+        hidden=hidden,
+        layers=f.int("num_hidden_layers"),
+        vocab=f.int("vocab_size"),
+        attention=attention,
+        mlp=MLPSpec(ffn=f.int("ffn_hidden_size", 4 * hidden), gated=False, bias=bias,
+                    activation=f.str("activation", "gelu")),
+        norm="layernorm",
+        position="alibi" if f.bool("alibi", False) else "rope",
+        max_position=f.int("max_position_embeddings", 2048),
+        tied_embeddings=f.bool("tie_word_embeddings", True),
+    ))
+
+
+def _read_bloom(f: _Fields, name: str) -> ModelSpec:
+    """BLOOM (transformers BloomConfig, which aliases n_embed/n_layer/n_head): MHA with biases, ALiBi, an
+    embedding LayerNorm, a 4h GeLU MLP with biases and tied embeddings. ALiBi has no position table; the
+    context is the 2048 tokens BLOOM was trained on (bigscience tr11-176B-ml.slurm SEQ_LEN)."""
+    hidden = f.int("hidden_size") if f.has("hidden_size") else f.int("n_embed")
+    heads = f.int("num_attention_heads") if f.has("num_attention_heads") else f.int("n_head")
+    layers = f.int("num_hidden_layers") if f.has("num_hidden_layers") else f.int("n_layer")
+    attention = AttentionSpec(heads=heads, kv_heads=heads, head_dim=hidden // heads, qkv_bias=True, out_bias=True)
+    return ModelSpec(**_common(
+        f, name, "bloom",
+        hidden=hidden,
+        layers=layers,
+        vocab=f.int("vocab_size"),
+        attention=attention,
+        mlp=MLPSpec(ffn=4 * hidden, gated=False, bias=True, activation="gelu"),
+        norm="layernorm",
+        position="alibi",
+        max_position=f.int("seq_length", 2048),
+        tied_embeddings=f.bool("tie_word_embeddings", True),
+        embedding_norm=True,
+    ))
+
+
+def _read_opt(f: _Fields, name: str) -> ModelSpec:
+    """OPT (transformers OPTConfig): MHA and a ReLU MLP with biases, LayerNorm, learned positions (the table
+    has 2 extra rows, OPTLearnedPositionalEmbedding's offset), tied embeddings. Checkpoints whose word
+    embeddings are narrower than the model (project_in/out, opt-350m) are refused."""
+    hidden = f.int("hidden_size")
+    if f.int("word_embed_proj_dim", hidden) != hidden:
+        raise f.error("word_embed_proj_dim",
+                      "word embeddings narrower than hidden_size (project_in/out) are not modelled")
+    heads = f.int("num_attention_heads")
+    bias = f.bool("enable_bias", True)
+    attention = AttentionSpec(heads=heads, kv_heads=heads, head_dim=hidden // heads, qkv_bias=bias, out_bias=bias)
+    return ModelSpec(**_common(
+        f, name, "opt",
+        hidden=hidden,
+        layers=f.int("num_hidden_layers"),
+        vocab=f.int("vocab_size"),
+        attention=attention,
+        mlp=MLPSpec(ffn=f.int("ffn_dim"), gated=False, bias=bias, activation=f.str("activation_function", "relu")),
+        norm="layernorm",
+        position="learned",
+        max_position=f.int("max_position_embeddings", 2048),
+        tied_embeddings=f.bool("tie_word_embeddings", True),
+    ))
+
+
 READERS: dict[str, Callable[[_Fields, str], ModelSpec]] = {
     "gpt2": _read_gpt2,
     "gpt_neox": _read_gpt_neox,
@@ -285,10 +466,20 @@ READERS: dict[str, Callable[[_Fields, str], ModelSpec]] = {
     "qwen2_moe": _read_qwen2_moe,
     "qwen3": _read_qwen3,
     "qwen3_moe": _read_qwen3_moe,
+    "qwen3_5_moe": _read_qwen3_5_moe,
+    "qwen3_5_moe_text": _read_qwen3_5_moe,
     "deepseek_v2": lambda f, n: _read_deepseek(f, n, "deepseek_v2"),
     "deepseek_v3": lambda f, n: _read_deepseek(f, n, "deepseek_v3"),
+    "kimi_k2": lambda f, n: _read_deepseek(f, n, "kimi_k2"),
+    "glm_moe_dsa": lambda f, n: _read_deepseek(f, n, "glm_moe_dsa"),
     "gpt_oss": _read_gpt_oss,
+    "minimax_m2": _read_minimax_m2,
+    "llama4_text": _read_llama4,
+    "falcon": _read_falcon,
+    "bloom": _read_bloom,
+    "opt": _read_opt,
 }
+
 
 
 def model_from_hf_dict(data: dict[str, Any], *, name: str, file: str = "<config>") -> ModelSpec:

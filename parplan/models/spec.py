@@ -2,8 +2,10 @@
 
 `ModelSpec` covers dense decoders (MHA/GQA/MQA, head_dim independent of hidden/heads, gated or plain MLP,
 LayerNorm or RMSNorm, biases, learned or rotary positions, tied or untied embeddings), mixture-of-experts
-layers (routed + shared experts, dense first-k layers, layer frequency, group-limited routing) and
-DeepSeek's multi-head latent attention with multi-token-prediction layers.
+layers (routed + shared experts, dense first-k layers, layer frequency, group-limited routing),
+DeepSeek's multi-head latent attention with multi-token-prediction layers and its sparse-attention indexer,
+sliding-window and chunked local attention layers, and hybrid models whose other layers are Gated DeltaNet
+linear attention (Qwen3.5).
 
 The model is described once, as the list of linear layers each transformer layer holds (`Linear`); the
 parameter counts, the FLOPs and the cost model's GEMM shapes are all derived from that one list, so they
@@ -134,6 +136,51 @@ class MLASpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LinearAttentionSpec:
+    """Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5; HF names linear_*): per sequence a constant-size
+    recurrent state of value_heads × key_head_dim × value_head_dim instead of a growing KV cache."""
+
+    key_heads: int
+    """Query/key heads (linear_num_key_heads)."""
+    value_heads: int
+    """Value heads (linear_num_value_heads); each owns one dk × dv state matrix."""
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+    """Width of the causal depthwise convolution over q, k and v (linear_conv_kernel_dim)."""
+
+    @property
+    def key_dim(self) -> int:
+        return self.key_heads * self.key_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.value_heads * self.value_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels the convolution runs over: q, k and v."""
+        return 2 * self.key_dim + self.value_dim
+
+
+def linear_attention_flops_per_token(la: LinearAttentionSpec) -> float:
+    """FLOPs of one Gated DeltaNet token in the recurrent form, per layer: Sᵀk, the rank-one update k(v − Sᵀk)ᵀ and
+    the read-out Sᵀq, each 2·dk·dv per value head (Yang et al. 2024, Gated Delta Networks, eq. 10)."""
+    return 6.0 * la.value_heads * la.key_head_dim * la.value_head_dim
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IndexerSpec:
+    """DeepSeek sparse attention's lightning indexer (DeepSeek-V3.2, GLM-5; HF index_*): `heads` small heads
+    of `head_dim` score every cached key, and the main attention reads only the `topk` best."""
+
+    heads: int
+    head_dim: int
+    topk: int
+    """Keys each query attends to once the context is longer."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AttentionSpec:
     heads: int
     """Query heads (a)."""
@@ -151,7 +198,22 @@ class AttentionSpec:
     """Window in tokens of the layers that use sliding-window attention; None = all layers full."""
     sliding_layers: int = 0
     """How many layers use the sliding window (gpt-oss alternates sliding and full)."""
+    chunked: bool = False
+    """The windowed layers attend within fixed chunks of `sliding_window` tokens instead of a sliding window
+    (Llama 4's chunked local attention): a query sees the keys of its own chunk only."""
+    qk_norm_full: bool = False
+    """The q and k norms span all heads (MiniMax-M2 qk_norm_type per_layer): heads·d + kv_heads·d parameters
+    instead of 2·head_dim."""
+    output_gate: bool = False
+    """A sigmoid gate on the attention output computed by the query projection (Qwen3.5 attn_output_gate):
+    the q projection is twice as wide."""
     mla: MLASpec | None = None
+    indexer: IndexerSpec | None = None
+    """Sparse-attention indexer of every full-attention layer (DSA); None = dense attention."""
+    linear: LinearAttentionSpec | None = None
+    """The linear-attention layers' shape, for hybrid models (with linear_layers)."""
+    linear_layers: int = 0
+    """How many layers are linear attention instead of softmax attention."""
 
     @property
     def qk_head_dim(self) -> int:
@@ -277,7 +339,10 @@ class ModelSpec:
         a, m = self.attention, self.moe
         checks = [
             ("attention.kv_heads", a.heads % a.kv_heads == 0, f"must divide the {a.heads} query heads"),
-            ("attention.sliding_layers", a.sliding_layers <= self.layers, f"must lie in 0..{self.layers}"),
+            ("attention.sliding_layers", a.sliding_layers <= self.layers - a.linear_layers,
+             f"must lie in 0..{self.layers - a.linear_layers} (the softmax-attention layers)"),
+            ("attention.linear_layers", 0 <= a.linear_layers < self.layers and (a.linear is not None)
+             == (a.linear_layers > 0), f"must lie in 0..{self.layers - 1}, with a linear-attention shape"),
             ("norm", self.norm in ("rmsnorm", "layernorm"), "must be 'rmsnorm' or 'layernorm'"),
             ("position", self.position in ("rope", "learned", "alibi"), "must be 'rope', 'learned' or 'alibi'"),
             ("rope_theta", self.rope_theta is None or 0 < self.rope_theta < float("inf"),
@@ -324,14 +389,21 @@ class ModelSpec:
         """Megatron builds the MTP layer like the model's last layer."""
         return self.layer_kinds()[-1]
 
+    @property
+    def softmax_layers(self) -> int:
+        """Layers with softmax attention (full or windowed); the rest are linear attention."""
+        return self.layers - self.attention.linear_layers
+
     def attention_linears(self) -> tuple[Linear, ...]:
+        """The linears of a softmax-attention layer (every layer of a model without linear attention)."""
         a = self.attention
         h = self.hidden
+        gate = 2 if a.output_gate else 1
         if a.mla is None:
             q = a.heads * a.head_dim
             kv = a.kv_heads * a.head_dim
             return (
-                Linear("qkv", h, q + 2 * kv, a.qkv_bias, Shard.COLUMN, Block.ATTENTION),
+                Linear("qkv", h, gate * q + 2 * kv, a.qkv_bias, Shard.COLUMN, Block.ATTENTION),
                 Linear("attn_out", q, h, a.out_bias, Shard.ROW, Block.ATTENTION),
             )
         m = a.mla
@@ -349,7 +421,58 @@ class ModelSpec:
                    Shard.COLUMN, Block.ATTENTION),
             Linear("attn_out", a.heads * m.v_head_dim, h, False, Shard.ROW, Block.ATTENTION),
         ]
+        if a.indexer is not None:
+            # DeepSeek-V3.2 Indexer (inference/model.py): wq_b from the query latent, wk and the per-head
+            # weights from the hidden state; replicated on every TP rank.
+            ix = a.indexer
+            out += [
+                Linear("index_q", m.q_lora_rank or h, ix.heads * ix.head_dim, False, Shard.REPLICATED,
+                       Block.ATTENTION),
+                Linear("index_k", h, ix.head_dim, False, Shard.REPLICATED, Block.ATTENTION),
+                Linear("index_weights", h, ix.heads, False, Shard.REPLICATED, Block.ATTENTION),
+            ]
         return tuple(out)
+
+    def linear_attention_linears(self) -> tuple[Linear, ...]:
+        """The linears of a Gated DeltaNet layer (transformers Qwen3NextGatedDeltaNet): q, k, v and the output
+        gate z from one projection, the decay/beta inputs b and a, and the output projection."""
+        la = self.attention.linear
+        if la is None:
+            return ()
+        h = self.hidden
+        return (
+            Linear("qkvz", h, 2 * la.key_dim + 2 * la.value_dim, False, Shard.COLUMN, Block.ATTENTION),
+            Linear("ba", h, 2 * la.value_heads, False, Shard.COLUMN, Block.ATTENTION),
+            Linear("linear_out", la.value_dim, h, False, Shard.ROW, Block.ATTENTION),
+        )
+
+    def attention_other_params(self, *, linear: bool = False) -> int:
+        """Attention parameters outside the linears: q/k norms, sinks, MLA latent norms and the indexer's key
+        norm (softmax layers); the convolution, A_log, dt_bias and gated output norm (linear layers)."""
+        a = self.attention
+        if linear:
+            la = a.linear
+            return 0 if la is None else la.conv_dim * la.conv_kernel + 2 * la.value_heads + la.value_head_dim
+        n = 0
+        if a.qk_norm_full:
+            n += (a.heads + a.kv_heads) * a.head_dim
+        elif a.qk_norm:
+            n += 2 * a.head_dim
+        if a.sinks:
+            n += a.heads
+        if a.mla:
+            n += (a.mla.q_lora_rank or 0) + a.mla.kv_lora_rank
+        if a.indexer:
+            n += 2 * a.indexer.head_dim  # LayerNorm weight and bias
+        return n
+
+    def _linear_layer_delta(self) -> int:
+        """Parameters a linear-attention layer has beyond a softmax one (negative when it has fewer)."""
+        if not self.attention.linear_layers:
+            return 0
+        lin = sum(x.params for x in self.linear_attention_linears()) + self.attention_other_params(linear=True)
+        soft = sum(x.params for x in self.attention_linears()) + self.attention_other_params()
+        return self.attention.linear_layers * (lin - soft)
 
     def _mlp_pair(self, prefix: str, width: int, bias: bool, block: Block, instances: int = 1,
                   fraction: float = 1.0) -> tuple[Linear, Linear]:
@@ -381,15 +504,8 @@ class ModelSpec:
         return self.attention_linears() + self.mlp_linears(kind)
 
     def layer_norm_params(self, kind: LayerKind) -> int:
-        """Norm (and other non-linear) parameters of one layer."""
-        a = self.attention
-        n = 2 * self.norm_params_per_norm
-        if a.qk_norm:
-            n += 2 * a.head_dim
-        if a.sinks:
-            n += a.heads
-        if a.mla:
-            n += (a.mla.q_lora_rank or 0) + a.mla.kv_lora_rank
+        """Norm (and other non-linear) parameters of one softmax-attention layer."""
+        n = 2 * self.norm_params_per_norm + self.attention_other_params()
         if kind is LayerKind.MOE and self.moe and self.moe.score_correction_bias:
             n += self.moe.experts
         return n
@@ -425,14 +541,14 @@ class ModelSpec:
     @property
     def params_total(self) -> int:
         """All parameters of the main model (embeddings, LM head, norms, biases); MTP excluded."""
-        return (sum(self.layer_params(k) for k in self.layer_kinds()) + self.norm_params_per_norm
-                + self.embedding_params)
+        return int(sum(self.layer_params(k) for k in self.layer_kinds()) + self._linear_layer_delta()
+                   + self.norm_params_per_norm + self.embedding_params)
 
     @property
     def params_active(self) -> float:
         """Parameters used per token: top_k routed experts instead of all, both embedding matrices."""
-        return (sum(self.layer_active_params(k) for k in self.layer_kinds()) + self.norm_params_per_norm
-                + self.embedding_params)
+        return (sum(self.layer_active_params(k) for k in self.layer_kinds()) + self._linear_layer_delta()
+                + self.norm_params_per_norm + self.embedding_params)
 
     @property
     def params_with_mtp(self) -> int:
@@ -444,21 +560,36 @@ class ModelSpec:
 
         causal=True counts the causal half (Megatron's convention, what FlashAttention computes);
         causal=False counts the full s×s square (Korthikanti/PaLM convention, formulas.md §2.2).
+        A windowed layer (`sliding`) sees at most `sliding_window` keys, or only its own chunk's under
+        chunked local attention; a sparse (DSA) layer reads at most the indexer's top-k keys per query.
         """
-        w = self.attention.sliding_window
-        if sliding and w is not None and w < seq:
+        a = self.attention
+        w = a.sliding_window if sliding else None
+        if w is not None and w < seq:
+            if a.chunked:
+                full, rest = divmod(seq, w)
+                return ((full * w * (w + 1) + rest * (rest + 1)) / 2 / seq) if causal else float(w)
             if not causal:
                 return float(w)
             return (w * (w + 1) / 2 + (seq - w) * w) / seq
+        k = a.indexer.topk if a.indexer else None
+        if k is not None and k < seq:
+            return (k * (k + 1) / 2 + (seq - k) * k) / seq if causal else float(k)
         return seq / 2 if causal else float(seq)
 
     def attention_core_flops_per_token(self, seq: float, *, causal: bool = True) -> float:
-        """Forward FLOPs of QKᵀ and P·V per token, summed over all layers."""
+        """Forward FLOPs of QKᵀ and P·V per token, summed over all layers; a sparse layer's indexer scores
+        every earlier key (2·heads·head_dim per key), a linear-attention layer updates and reads its state."""
         a = self.attention
         per_key = 2.0 * a.heads * (a.qk_head_dim + a.v_head_dim)
-        full = self.layers - a.sliding_layers
-        return per_key * (full * self.attention_kv_tokens(seq, causal=causal)
-                          + a.sliding_layers * self.attention_kv_tokens(seq, causal=causal, sliding=True))
+        full = self.softmax_layers - a.sliding_layers
+        flops = per_key * (full * self.attention_kv_tokens(seq, causal=causal)
+                           + a.sliding_layers * self.attention_kv_tokens(seq, causal=causal, sliding=True))
+        if a.indexer:
+            flops += 2.0 * a.indexer.heads * a.indexer.head_dim * (seq / 2 if causal else seq) * self.softmax_layers
+        if a.linear:
+            flops += a.linear_layers * linear_attention_flops_per_token(a.linear)
+        return flops
 
     def forward_flops_per_token(self, seq: float, *, causal: bool = True, mtp: bool = True) -> float:
         """Model forward FLOPs per token: every GEMM (router included), attention core and LM head.
@@ -467,6 +598,10 @@ class ModelSpec:
         MTP layers are counted when `mtp` (they run in training).
         """
         gemm = sum(sum(lin.flops_per_token for lin in self.layer_linears(k)) for k in self.layer_kinds())
+        if self.attention.linear_layers:
+            gemm += self.attention.linear_layers * (
+                sum(lin.flops_per_token for lin in self.linear_attention_linears())
+                - sum(lin.flops_per_token for lin in self.attention_linears()))
         flops = gemm + self.attention_core_flops_per_token(seq, causal=causal)
         flops += 2.0 * self.hidden * self.vocab
         if mtp and self.mtp_layers:
@@ -512,5 +647,9 @@ class ModelSpec:
             "moe_layers": self.moe_layer_count,
             "mtp_layers": self.mtp_layers,
             "sliding_window": a.sliding_window,
+            "sliding_layers": a.sliding_layers,
+            "chunked_attention": a.chunked,
+            "linear_attention_layers": a.linear_layers,
+            "sparse_attention_topk": a.indexer.topk if a.indexer else None,
             "training_gflops_per_token_4k": self.training_flops_per_token(4096) / 1e9,
         }

@@ -1,17 +1,11 @@
-"""How the model is split: Strategy, the cost model per parallel dimension, schedules and search."""
+"""How the model is split: Strategy, the cost model per parallel dimension, schedules and search.
 
-from parplan.planner.estimate import Estimate, Evaluation, evaluate, evaluate_layouts
-from parplan.planner.strategy import PRECISIONS, RECOMPUTE, SCHEDULES, Layouts, Strategy, valid_mask
+Public names load on first use (parplan._lazy).
+"""
 
-__all__ = [
-    "PRECISIONS",
-    "RECOMPUTE",
-    "SCHEDULES",
-    "Estimate",
-    "Evaluation",
-    "Layouts",
-    "Strategy",
-    "evaluate",
-    "evaluate_layouts",
-    "valid_mask",
-]
+from parplan._lazy import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "parplan.planner.estimate": ("Estimate", "Evaluation", "evaluate", "evaluate_layouts"),
+    "parplan.planner.strategy": ("PRECISIONS", "RECOMPUTE", "SCHEDULES", "Layouts", "Strategy", "valid_mask"),
+})

@@ -8,14 +8,12 @@ from pathlib import Path
 
 from parplan.errors import ConfigError
 from parplan.hardware import ClusterSpec, load_cluster
-from parplan.hardware.spec import MAX_GPUS
+from parplan.limits import MAX_GPUS, SPEC_VALUES
 from parplan.models import ModelSpec, load_model
 from parplan.planner.estimate import TIME_COMPONENTS, Estimate
 from parplan.planner.search import SearchSpace, plan_or_raise
 from parplan.planner.strategy import DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES
-
-SPEC_VALUES = 4096
-"""Most values one list or range option may stand for (a range of every pipeline depth to 128 has 128)."""
+from parplan.stacks import StackSpec, load_stack
 
 
 def parse_int_spec(text: str | int | tuple[int, ...] | None, name: str, least: int = 1,
@@ -117,8 +115,11 @@ def space_from_options(*, tp=None, pp=None, cp=None, ep=None, etp=None, vpp=None
 
 
 def plan(model: ModelSpec | str | Path, cluster: ClusterSpec | str | Path, *, gpus: int, gbs: int, seq: int = 4096,
-         objective: str = "throughput", top: int = 5, **constraints) -> list[Estimate]:
-    """Ranked plans (best first) for `model` on `gpus` GPUs of `cluster`, as the estimates `evaluate` returns.
+         objective: str = "throughput", top: int = 5, stack: StackSpec | str | Path | None = None,
+         compile: bool | None = None, **constraints) -> list[Estimate]:
+    """Ranked plans (best first) for `model` on `gpus` GPUs of `cluster`, as the estimates `evaluate` returns:
+    only the layouts `stack` can run (a preset name, a stack file or a StackSpec; default megatron-core),
+    costed as it runs them, with torch.compile on or off (`compile`; None: the stack's default).
 
     constraints: any SearchSpace restriction in CLI form, e.g. tp=8, pp="1..16", max_tp=8, zero="1,3",
     schedule="1f1b,interleaved", precision="bf16,fp8", max_memory_fraction=0.9.
@@ -126,12 +127,12 @@ def plan(model: ModelSpec | str | Path, cluster: ClusterSpec | str | Path, *, gp
     """
     space = space_from_options(**constraints)
     result = plan_or_raise(load_model(model), load_cluster(cluster, gpus=gpus), gbs=gbs, seq=seq, space=space,
-                           objective=objective, top=top)
+                           objective=objective, top=top, stack=load_stack(stack, compile=compile))
     return result.plans
 
 
-def why_better(best: Estimate, other: Estimate) -> str:
-    """One or two sentences on why `best` beats `other`, from their breakdowns."""
+def why_better(best: Estimate, other: Estimate, other_name: str = "the runner-up") -> str:
+    """One or two sentences on why `best` beats `other` (called `other_name`), from their breakdowns."""
     gain = best.tokens_per_s_per_gpu / other.tokens_per_s_per_gpu - 1
     deltas = sorted(((other.time_breakdown[c]["exposed"] - best.time_breakdown[c]["exposed"], c)
                      for c in TIME_COMPONENTS), reverse=True)
@@ -142,7 +143,7 @@ def why_better(best: Estimate, other: Estimate) -> str:
         return (f"The top layouts tie within 0.1% ({', '.join(diff) or 'same layout'}); the first is listed first "
                 "for needing less memory or fewer parallel dimensions.")
     saved, comp = deltas[0]
-    text = (f"The winner is {gain:.1%} faster than the runner-up ({', '.join(diff) or 'same layout'}): "
+    text = (f"The winner is {gain:.1%} faster than {other_name} ({', '.join(diff) or 'same layout'}): "
             f"its {comp.replace('_', ' ')} is {saved:.3f} s shorter per step "
             f"({best.time_breakdown[comp]['exposed']:.3f} vs {other.time_breakdown[comp]['exposed']:.3f} s)")
     lost, worse = deltas[-1]

@@ -5,8 +5,9 @@ hardware.efficiency.collective_time); the link level each collective lands on fo
 placement in context.py. Overlap is modelled, not assumed:
 
 - TP: on the critical path (Megatron runs it between dependent GEMMs), except the backward re-gather of
-  the sequence-parallel input, which overlaps the data-grad GEMM; with --tp-comm-overlap it hides behind
-  the layer's GEMMs.
+  the sequence-parallel input, which overlaps the data-grad GEMM; with --tp-comm-overlap (torchtitan: async
+  TP) it hides behind the layer's GEMMs. DTensor TP (StackSpec.communication.tp_style) keeps the gathered
+  input instead of re-gathering it.
 - CP: ring passes of K/V blocks overlap the attention of the block before (Megatron context_parallel.rst).
 - EP: dispatch and combine wait on the router and feed the experts: exposed, except under DualPipe and
   DualPipeV whose paired micro-batch computes while they run.
@@ -32,12 +33,8 @@ from parplan.hardware.efficiency import Collective, collective_time, link_bytes,
 from parplan.models.spec import LayerKind
 from parplan.planner import experts
 from parplan.planner.context import ACT_BYTES, Ctx
-from parplan.planner.schedule import S_1F1B, S_DUALPIPE, S_DUALPIPEV, S_ZBH1
+from parplan.planner.schedule import S_DUALPIPE, S_DUALPIPEV, S_ZBH1
 from parplan.planner.strategy import DISPATCHERS
-
-GRAD_BYTES = 4
-"""Gradients are reduced in fp32 (Megatron's main-grad buffer under bf16; torchtitan's default
-mixed_precision_reduce = float32)."""
 
 PARAM_GATHER_BYTES = 2
 """Parameters are gathered in bf16."""
@@ -47,11 +44,6 @@ def ddp_bucket_params(dp: np.ndarray) -> np.ndarray:
     """Megatron DDP bucket size: max(40M, 1M × dp) parameters (DistributedDataParallelConfig)."""
     return np.maximum(40e6, 1e6 * dp)
 
-
-ZERO3_BUCKET_PARAMS = 5e7
-"""ZeRO-3 gathers parameters at most this many at a time (DeepSpeed stage3_prefetch_bucket_size default,
-ecosystem.md A3); FSDP gathers one transformer block per collective. The finer of the two sets how many
-collectives, and latencies, one pass over the parameters costs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +108,10 @@ def tp_layer(ctx: Ctx, kind: LayerKind, gemm_f: np.ndarray, gemm_b: np.ndarray) 
     rs = collective_time(ctx.cluster, Collective.REDUCE_SCATTER, msg, t, dom)
     sp_dir = ag_attn + rs + (pairs - 1) * (ag + rs)
     fwd = np.where(ctx.sp, sp_dir, pairs * ar)
-    regather = np.where(ctx.sp, ag_attn + (pairs - 1) * ag, 0.0)
+    # Megatron re-gathers the SP input for the weight gradients and overlaps it with the data-gradient GEMM;
+    # DTensor TP keeps the gathered input from forward instead, and each collective waits.
+    dtensor = ctx.stack.communication.tp_style == "dtensor"
+    regather = np.where(ctx.sp & (not dtensor), ag_attn + (pairs - 1) * ag, 0.0)
     bwd = fwd + regather
     cost = ctx.cluster.calibration.nvlink_overlap_cost
     overlap = ctx.lay.tp_overlap & ctx.sp
@@ -258,13 +253,13 @@ def pp_microbatch(ctx: Ctx) -> Comm:
     """Point-to-point traffic of one rank per micro-batch: a send forward and a send backward per model
     chunk it holds (an interleaved micro-batch crosses v·p − 1 boundaries instead of p − 1, formulas.md
     §4.2). 1F1B and ZB wait for their transfers; the interleaved and DualPipe schedules overlap them with
-    compute but still pay each transfer's latency, unless the layout turns the overlap off (p2p_overlap)."""
+    compute but still pay each transfer's latency, unless the layout turns the overlap off (p2p_overlap, which
+    Strategy and the search set off for 1F1B and ZB)."""
     one = _p2p_one(ctx)
     latency = collective_time(ctx.cluster, Collective.SEND_RECV, 0.0, 2, np.where(ctx.pp_same_domain, 2.0, 1.0))
     chunks = _chunks(ctx)
     total = np.where(ctx.p > 1, 2 * one * chunks, 0.0)
-    waits = (ctx.lay.schedule == S_1F1B) | (ctx.lay.schedule == S_ZBH1) | ~ctx.lay.p2p_overlap
-    exposed = np.where(ctx.p > 1, np.where(waits, 2 * one * chunks, 2 * chunks * latency), 0.0)
+    exposed = np.where(ctx.p > 1, np.where(ctx.lay.p2p_overlap, 2 * chunks * latency, 2 * one * chunks), 0.0)
     return Comm(total, exposed)
 
 
@@ -294,13 +289,20 @@ class DataParallelTraffic:
     distinct grid and reuses it for every batch setting."""
 
     all_reduce: np.ndarray
+    """ZeRO-0: the gradients all-reduced over the whole cp·dp group."""
     reduce_scatter: np.ndarray
+    """ZeRO-1/2: the gradients reduce-scattered over the shard group, then each shard all-reduced over the
+    replicas (HSDP)."""
     gather: np.ndarray
     zero3_gather: np.ndarray
-    """One pass of ZeRO-3 parameter all-gathers (per block or prefetch bucket)."""
+    """One pass of ZeRO-3 parameter all-gathers (per block or prefetch bucket) over the shard group."""
     zero3_reduce: np.ndarray
+    """One pass of ZeRO-3 gradient reduce-scatters, and the all-reduce of the shards over the replicas."""
     last_bucket: np.ndarray
     """Share of the traffic in the last bucket, which nothing can overlap."""
+    zero3_unit: np.ndarray
+    """Share of a ZeRO-3 pass in one collective: the first block's gather of a forward and the last one's
+    reduce-scatter of a backward have no compute to hide behind."""
     inside: np.ndarray
     """True where the dense gradient group stays inside one scale-up domain."""
 
@@ -315,30 +317,58 @@ def dp_traffic(ctx: Ctx, dense_params: np.ndarray, expert_params: np.ndarray,
     dense_params / expert_params: parameters this rank holds (before ZeRO sharding), in `layers` layers;
     each is reduced in Megatron's DDP buckets (one collective latency per bucket); dense gradients
     reduce over the cp·dp group (CP ranks hold the same weights), expert gradients over the expert-DP
-    group (formulas.md §4.3).
+    group (formulas.md §4.3). With replicas (HSDP) the sharded collectives run inside each shard group and
+    the gradient shards are all-reduced across the replicas. Gradients travel in the stack's reduce dtype
+    (StackSpec.communication.grad_reduce_bytes), parameters in bf16.
     """
     n_d, n_e = ctx.c * ctx.dp, ctx.edp
     cl = ctx.cluster
+    grad_bytes = ctx.stack.communication.grad_reduce_bytes
     total_params = np.maximum(dense_params + expert_params, 1.0)
     buckets_d = np.ceil(dense_params / ddp_bucket_params(n_d))
     buckets_e = np.ceil(expert_params / ddp_bucket_params(n_e))
-    # ZeRO-3 collectives per pass: per block or per prefetch bucket, whichever is finer.
-    z3_d = np.maximum(layers, np.ceil(dense_params / ZERO3_BUCKET_PARAMS))
-    z3_e = np.maximum(np.where(expert_params > 0, layers, 0), np.ceil(expert_params / ZERO3_BUCKET_PARAMS))
+    # ZeRO-3 collectives per pass: one per block (FSDP's unit), or finer where the stack splits blocks into
+    # prefetch buckets (DeepSpeed's stage3_prefetch_bucket_size).
+    bucket = ctx.stack.communication.zero3_bucket_params
+    z3_d, z3_e = layers, np.where(expert_params > 0, layers, 0)
+    if bucket > 0:
+        z3_d = np.maximum(z3_d, np.ceil(dense_params / bucket))
+        z3_e = np.maximum(z3_e, np.ceil(expert_params / bucket))
 
-    def both(kind: Collective, nbytes: int, count_d: np.ndarray, count_e: np.ndarray) -> np.ndarray:
-        return (collective_time(cl, kind, dense_params * nbytes, n_d, ctx.dp_domain, count_d)
-                + collective_time(cl, kind, expert_params * nbytes, n_e, ctx.edp_domain, count_e))
+    def sharded(kind: Collective, nbytes: int, count_d: np.ndarray, count_e: np.ndarray) -> np.ndarray:
+        return (collective_time(cl, kind, dense_params * nbytes, ctx.shard, ctx.shard_domain, count_d)
+                + collective_time(cl, kind, expert_params * nbytes, ctx.eshard, ctx.eshard_domain, count_e))
 
+    def across_replicas(count_d: np.ndarray, count_e: np.ndarray) -> np.ndarray:
+        """Each shard's gradients all-reduced over the replicas."""
+        return (collective_time(cl, Collective.ALL_REDUCE, dense_params * grad_bytes / ctx.shard, ctx.replicas,
+                                ctx.replica_domain, count_d)
+                + collective_time(cl, Collective.ALL_REDUCE, expert_params * grad_bytes / ctx.eshard, ctx.replicas,
+                                  ctx.ereplica_domain, count_e))
+
+    all_reduce = (collective_time(cl, Collective.ALL_REDUCE, dense_params * grad_bytes, n_d, ctx.dp_domain, buckets_d)
+                  + collective_time(cl, Collective.ALL_REDUCE, expert_params * grad_bytes, n_e, ctx.edp_domain,
+                                    buckets_e))
     return DataParallelTraffic(
-        all_reduce=both(Collective.ALL_REDUCE, GRAD_BYTES, buckets_d, buckets_e),
-        reduce_scatter=both(Collective.REDUCE_SCATTER, GRAD_BYTES, buckets_d, buckets_e),
-        gather=both(Collective.ALL_GATHER, PARAM_GATHER_BYTES, buckets_d, buckets_e),
-        zero3_gather=both(Collective.ALL_GATHER, PARAM_GATHER_BYTES, z3_d, z3_e),
-        zero3_reduce=both(Collective.REDUCE_SCATTER, GRAD_BYTES, z3_d, z3_e),
+        all_reduce=all_reduce,
+        reduce_scatter=sharded(Collective.REDUCE_SCATTER, grad_bytes, buckets_d, buckets_e)
+        + across_replicas(buckets_d, buckets_e),
+        gather=sharded(Collective.ALL_GATHER, PARAM_GATHER_BYTES, buckets_d, buckets_e),
+        zero3_gather=sharded(Collective.ALL_GATHER, PARAM_GATHER_BYTES, z3_d, z3_e),
+        zero3_reduce=sharded(Collective.REDUCE_SCATTER, grad_bytes, z3_d, z3_e) + across_replicas(z3_d, z3_e),
         last_bucket=np.minimum(1.0, ddp_bucket_params(n_d) / total_params),
-        inside=_in_domain(ctx.dp_domain, n_d),
+        zero3_unit=1.0 / np.maximum(z3_d, 1.0),
+        inside=_in_domain(ctx.shard_domain, ctx.shard),
     )
+
+
+def zero3_gathers(ctx: Ctx) -> np.ndarray:
+    """Passes of ZeRO-3 parameter all-gathers per micro-batch: two where the stack re-gathers for backward
+    (FSDP reshard_after_forward), one where it keeps the gathered parameters (and under a pipeline unless the
+    stack reshards there too)."""
+    com = ctx.stack.communication
+    reshard = com.reshard_after_forward & ((ctx.p == 1) | com.reshard_under_pp)
+    return np.where(reshard, 2.0, 1.0)
 
 
 def dp_step(ctx: Ctx, traffic: DataParallelTraffic, t_f: np.ndarray, t_b: np.ndarray, compute_f: np.ndarray,
@@ -360,12 +390,18 @@ def dp_step(ctx: Ctx, traffic: DataParallelTraffic, t_f: np.ndarray, t_b: np.nda
     # ZeRO 1/2: updated parameters gathered once per step, overlapped with the first forward.
     param_exposed = np.maximum(_overlap(gather_once, t_f, cost), last_bucket * gather_once)
     every_mb = reduces_every_microbatch(ctx)
-    # ZeRO-3: gather (twice without pipelining) and, without pipelining, reduce-scatter every micro-batch,
-    # prefetched behind that micro-batch's compute; the exposure is split pro rata.
-    gathers = np.where(ctx.p > 1, 1.0, 2.0)
-    z3_comm = gathers * z3_ag + np.where(every_mb, z3_rs, 0.0)
-    z3_exposed = m * _overlap(z3_comm, compute_f + compute_b, cost)
-    z3_grad_share = np.where(every_mb, z3_rs, 0.0) / np.maximum(z3_comm, 1e-30)
+    # ZeRO-3: gather (once or twice, zero3_gathers) and, without pipelining, reduce-scatter every micro-batch,
+    # each block's prefetched behind the compute of the block before; the first block's gather and the last
+    # block's reduce-scatter wait. The exposure is split pro rata.
+    gathers = zero3_gathers(ctx)
+    z3_rs_mb = np.where(every_mb, z3_rs, 0.0)
+    z3_comm = gathers * z3_ag + z3_rs_mb
+    unhidden = traffic.zero3_unit * (z3_ag + z3_rs_mb)
+    z3_exposed = m * (unhidden + _overlap(z3_comm - unhidden, compute_f + compute_b, cost))
+    # A stack whose sharded data parallelism stops overlapping once TP is on waits for all of it.
+    if not ctx.stack.communication.zero3_overlaps_tp:
+        z3_exposed = np.where(ctx.t > 1, m * z3_comm, z3_exposed)
+    z3_grad_share = z3_rs_mb / np.maximum(z3_comm, 1e-30)
     grad = Comm(
         np.select([(zero == 3) & every_mb, every_mb], [m * z3_rs, m * reduce_once], reduce_once),
         np.select([(zero == 3) & every_mb, every_mb], [z3_exposed * z3_grad_share, m * once_exposed],

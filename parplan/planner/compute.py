@@ -31,8 +31,25 @@ BACKWARD_ELEMENTWISE = 2.0
 about twice the forward traffic (hand count for norm, add and activation kernels)."""
 
 ELEMENTWISE_KERNELS = 12
-"""Element-wise kernels in one layer's forward (2 norms, 2 residual adds, activation, RoPE, casts...);
-backward launches twice as many. Each costs at least GPUSpec.kernel_min_us."""
+"""Element-wise kernels in one layer's forward when they are fused (2 norms, 2 residual adds, activation,
+RoPE, casts...); backward launches twice as many. Each costs at least GPUSpec.kernel_launch_us."""
+
+EAGER_OPS: dict[str, tuple[float, float, int]] = {
+    # (fused bytes per element, eager bytes per element, extra eager kernels), hand counts:
+    # RMSNorm as PyTorch's composite rms_norm / nn.RMSNorm runs it: upcast (read 2, write 4), pow (4, 4),
+    # mean (4), add eps and rsqrt (per row), scale (4, 4), weight (4, 4), downcast (4, 2) = 40 B in 8 kernels,
+    # against one fused read and write (4 B).
+    "norm": (4.0, 40.0, 7),
+    # RoPE as complex multiplication (torchtitan apply_rotary_emb, fms RotaryEmbedding): x.float() (2, 4),
+    # complex multiply (4, 4), type_as (4, 2) = 20 B in 3 kernels per rotated tensor, against 4 B in one.
+    "rope": (4.0, 20.0, 2),
+    # SwiGLU as F.silu(w1(x)) * w3(x): silu (2, 2) and mul (2 + 2, 2) = 10 B in 2 kernels per hidden element,
+    # against one fused kernel reading gate and up and writing the product (6 B).
+    "activation": (6.0, 10.0, 1),
+}
+"""Element-wise ops whose eager PyTorch form costs more than a fused kernel (stacks.spec.FUSED_OPS). A
+LayerNorm is one native kernel even in eager mode and a plain (GeLU) activation one kernel, so only RMSNorm
+and the gated activation differ."""
 
 ADAM_BYTES_PER_PARAM = 38
 """Optimizer step traffic per parameter this rank updates: the gradient-norm pass reads the fp32 grads
@@ -62,14 +79,24 @@ class LayerTime:
     attn_b: np.ndarray
     elem_f: np.ndarray
     elem_b: np.ndarray
+    launch_f: np.ndarray | float = 0.0
+    """Seconds the GPU waits for the host to launch the forward's kernels beyond its own work on them
+    (launch_time)."""
+    launch_b: np.ndarray | float = 0.0
 
     @property
     def forward(self) -> np.ndarray:
-        return self.gemm_f + self.attn_f + self.elem_f
+        return self.gemm_f + self.attn_f + self.elem_f + self.launch_f
 
     @property
     def backward(self) -> np.ndarray:
-        return self.gemm_b + self.attn_b + self.elem_b
+        return self.gemm_b + self.attn_b + self.elem_b + self.launch_b
+
+
+def compute_scale(ctx: Ctx) -> float:
+    """Throughput of the GEMM and attention kernels relative to the GPU's measured curves: the cluster's
+    calibrated scale times the stack's (StackSpec.kernels.compute_scale)."""
+    return ctx.cluster.calibration.compute_scale * ctx.stack.kernels.compute_scale
 
 
 def gemm_shapes(ctx: Ctx, kind: LayerKind):
@@ -134,13 +161,16 @@ class GemmWork:
     """Weight elements (what each micro-batch's weight gradient is accumulated into)."""
 
 
-def gemm_work(ctx: Ctx, kind: LayerKind, keep: Callable[[Linear], bool] = lambda lin: True) -> GemmWork:
-    """Forward, data-grad and weight-grad GEMMs of the linears of a layer of `kind` that `keep` selects."""
-    scale = ctx.cluster.calibration.compute_scale
+def gemm_work(ctx: Ctx, kind: LayerKind, keep: Callable[[Linear], float] = lambda lin: 1.0) -> GemmWork:
+    """Forward, data-grad and weight-grad GEMMs of the linears of a layer of `kind`, each weighted by `keep`
+    (True/1 counts a linear whole, False/0 leaves it out, a fraction counts that share of its work)."""
+    scale = compute_scale(ctx)
     fwd = bwd = wgrad = flops = fp8_inputs = weights = 0.0
     for lin, m, n, k, count in gemm_shapes(ctx, kind):
-        if not keep(lin):
+        share = float(keep(lin))
+        if not share:
             continue
+        count = count * share
         # The router stays in bf16 under fp8 recipes (Megatron/TE quantise the expert and dense linears).
         quantised = lin.block is not Block.ROUTER
         f = _gemm(ctx, m, n, k, count, quantised)
@@ -165,7 +195,7 @@ def _attention(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
     heads = a.heads / ctx.t
     d_qk, d_v = a.qk_head_dim, a.v_head_dim
     share_sliding = a.sliding_layers / model.layers
-    peak = gpu.peak_tflops["bf16"] * 1e12 * ctx.cluster.calibration.compute_scale
+    peak = gpu.peak_tflops["bf16"] * 1e12 * compute_scale(ctx)
     fwd = bwd = 0.0
     for share, sliding in ((1 - share_sliding, False), (share_sliding, True)):
         if share == 0:
@@ -177,7 +207,7 @@ def _attention(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
         block = ctx.s / ctx.c
         if sliding and a.sliding_window:
             block = np.minimum(block, a.sliding_window)
-        flash_f, flash_b = flash_attention_time(gpu, f_flops, block, peak)
+        flash_f, flash_b = flash_attention_time(gpu, f_flops, block, peak, ctx.stack.kernels.attention)
         # Unfused: the full s×s scores per head, batched GEMMs (bmm) plus a memory-bound softmax.
         count = ctx.b * heads
         s_q = ctx.s / ctx.c
@@ -192,22 +222,43 @@ def _attention(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
         drop = 5.0 if model.dropout else 0.0
         soft_f = memory_bound_time(gpu, scores * (4.0 + drop), 2)
         soft_b = memory_bound_time(gpu, scores * (6.0 + drop), 2)
-        unfused_f = (qk + pv) / ctx.cluster.calibration.compute_scale + soft_f
-        unfused_b = bwd_gemms / ctx.cluster.calibration.compute_scale + soft_b
+        unfused_f = (qk + pv) / compute_scale(ctx) + soft_f
+        unfused_b = bwd_gemms / compute_scale(ctx) + soft_b
         fwd = fwd + share * np.where(ctx.flash, flash_f, unfused_f)
         bwd = bwd + share * np.where(ctx.flash, flash_b, unfused_b)
     return fwd, bwd
 
 
+def _fused(ctx: Ctx, op: str) -> bool:
+    """Whether op ("norm", "rope", "activation") runs as a fused kernel in the stack: its own fused kernel,
+    compilation, or a form that is one kernel even in eager mode (LayerNorm, a plain activation)."""
+    native = {"norm": ctx.model.norm != "rmsnorm", "rope": False, "activation": not ctx.model.mlp.gated}[op]
+    return native or op in ctx.stack.kernels.fused_ops or ctx.stack.compiled
+
+
+def _op_bytes(ctx: Ctx, op: str) -> float:
+    """Bytes per element of an element-wise op as the stack runs it (EAGER_OPS)."""
+    fused, eager, _ = EAGER_OPS[op]
+    return fused if _fused(ctx, op) else eager
+
+
+def _extra_kernels(ctx: Ctx) -> int:
+    """Kernels one layer's forward launches beyond ELEMENTWISE_KERNELS for the ops it runs unfused (two norms,
+    q and k rotated)."""
+    times = {"norm": 2, "rope": 2 if ctx.model.position == "rope" else 0, "activation": 1}
+    return sum(n * EAGER_OPS[op][2] for op, n in times.items() if not _fused(ctx, op))
+
+
 def _norm_bytes(ctx: Ctx) -> np.ndarray:
-    """The layer's two norms read and write their input: 4 B per element each, on the SP shard."""
-    return 8.0 * ctx.tokens_sp * ctx.model.hidden
+    """The layer's two norms read and write their input (a fused norm 4 B per element each, an eager RMSNorm
+    40 B: EAGER_OPS), on the SP shard."""
+    return 2.0 * _op_bytes(ctx, "norm") * ctx.tokens_sp * ctx.model.hidden
 
 
 def _activation_bytes(ctx: Ctx) -> float:
-    """Bytes per hidden element of the MLP activation function: gated reads gate and up and writes one (6 B);
-    plain reads and writes (4 B)."""
-    return 6.0 if ctx.model.mlp.gated else 4.0
+    """Bytes per hidden element of the MLP activation function: fused gated reads gate and up and writes one
+    (6 B), eager gated 10 B (EAGER_OPS); plain reads and writes (4 B)."""
+    return _op_bytes(ctx, "activation") if ctx.model.mlp.gated else 4.0
 
 
 def _expert_activation_bytes(ctx: Ctx) -> np.ndarray:
@@ -230,7 +281,7 @@ def _elementwise_bytes(ctx: Ctx, kind: LayerKind, fp8_inputs: np.ndarray) -> np.
     q_w = a.heads * a.qk_head_dim / ctx.t
     k_w = (a.heads * a.qk_head_dim if a.mla else a.kv_heads * a.head_dim) / ctx.t
     if model.position == "rope":
-        nbytes = nbytes + 4.0 * tok * (q_w + k_w)  # rotate q and k in place: read + write
+        nbytes = nbytes + _op_bytes(ctx, "rope") * tok * (q_w + k_w)  # rotate q and k
     if a.qk_norm:
         nbytes = nbytes + 4.0 * tok * (q_w + k_w)
     act = _activation_bytes(ctx)
@@ -253,16 +304,15 @@ MLA_UP_PROJECTIONS = ("q_up", "kv_up")
 """The linears Megatron's mla_up_proj recompute re-runs (ModelSpec.layer_linears names)."""
 
 
-def module_recompute_time(ctx: Ctx, kind: LayerKind) -> np.ndarray:
-    """Forward work module recompute repeats in backward, beyond the attention core: the two norms (read +
-    write, 4 B per element each), the routed experts' activation function and MLA's up-projection GEMMs."""
+def norm_recompute_time(ctx: Ctx, kind: LayerKind) -> np.ndarray:
+    """The element-wise work Megatron's layernorm and moe_act recompute modules repeat in backward: the two
+    norms (read + write, 4 B per element each) and the routed experts' activation function."""
     nbytes = _norm_bytes(ctx)
     kernels = 2
     if kind is LayerKind.MOE:
         nbytes = nbytes + _expert_activation_bytes(ctx)
         kernels += 1
-    up_projections = gemm_work(ctx, kind, lambda lin: lin.name in MLA_UP_PROJECTIONS).forward
-    return memory_bound_time(ctx.cluster.gpu, nbytes, kernels) + up_projections
+    return memory_bound_time(ctx.cluster.gpu, nbytes, kernels)
 
 
 def layer_time(ctx: Ctx, kind: LayerKind) -> LayerTime:
@@ -271,17 +321,55 @@ def layer_time(ctx: Ctx, kind: LayerKind) -> LayerTime:
     gemms = gemm_work(ctx, kind)
     attn_f, attn_b = _attention(ctx)
     elem = _elementwise_bytes(ctx, kind, gemms.fp8_inputs)
-    elem_f = memory_bound_time(gpu, elem, ELEMENTWISE_KERNELS)
+    kernels = ELEMENTWISE_KERNELS + _extra_kernels(ctx)
+    elem_f = memory_bound_time(gpu, elem, kernels)
     elem_b = memory_bound_time(gpu, BACKWARD_ELEMENTWISE * elem + GRAD_ACCUMULATION_BYTES * gemms.weights,
-                               2 * ELEMENTWISE_KERNELS)
+                               2 * kernels)
+    launch_f, launch_b = launch_time(ctx, kind, gemms.forward + attn_f + elem_f, gemms.backward + attn_b + elem_b)
     return LayerTime(gemm_f=gemms.forward, gemm_b=gemms.backward, gemm_w=gemms.wgrad, attn_f=attn_f,
-                     attn_b=attn_b, elem_f=elem_f, elem_b=elem_b)
+                     attn_b=attn_b, elem_f=elem_f, elem_b=elem_b, launch_f=launch_f, launch_b=launch_b)
+
+
+FP8_CAST_KERNELS = 2
+"""Kernels an fp8 GEMM adds for its activation operand: the amax/scale and the cast (with its transpose for the
+other GEMM of the pair); weights are cast once per step (FP8_CAST_BYTES)."""
+
+MOE_ROUTING_KERNELS = 8
+"""Kernels of an MoE layer's routing beyond its GEMMs: router softmax/top-k, permute, the dispatch all-to-all,
+unpermute with the routing weights, the combine all-to-all (Megatron's MoEAlltoAllTokenDispatcher)."""
+
+
+def layer_kernels(ctx: Ctx, kind: LayerKind) -> np.ndarray:
+    """Kernels one layer's forward launches: one GEMM per linear, and per local expert slot for the routed
+    experts (Transformer Engine's GroupedLinear calls a GEMM per expert), each fp8 GEMM with its casts, the
+    attention kernel and the element-wise and routing kernels; compiled, the element-wise chain between two
+    GEMMs becomes one generated kernel."""
+    gemms = np.zeros(len(ctx.lay))
+    for lin in ctx.model.layer_linears(kind):
+        calls = (lin.instances + ctx.redundant) / ctx.e if lin.block is Block.EXPERTS else 1.0
+        gemms = gemms + calls * np.where(ctx.fp8 & (lin.block is not Block.ROUTER), 1 + FP8_CAST_KERNELS, 1)
+    routing = MOE_ROUTING_KERNELS if kind is LayerKind.MOE else 0
+    if ctx.stack.compiled:
+        return 2 * gemms + 1 + routing
+    return gemms + 1 + ELEMENTWISE_KERNELS + _extra_kernels(ctx) + routing
+
+
+def launch_time(ctx: Ctx, kind: LayerKind, gpu_f: np.ndarray, gpu_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds (forward, backward) one layer's GPU waits for its kernel launches: the host issues each kernel
+    in StackSpec.kernels.host_us_per_kernel (autograd launches about two per forward kernel), asynchronously
+    ahead of the GPU, so only what exceeds the GPU's own time on them is exposed. CUDA graphs replay the
+    layer's kernels without the host."""
+    if ctx.stack.kernels.cuda_graphs:
+        zero = np.zeros(len(ctx.lay))
+        return zero, zero
+    host_f = layer_kernels(ctx, kind) * ctx.stack.kernels.host_us_per_kernel * 1e-6
+    return np.maximum(host_f - gpu_f, 0.0), np.maximum(2.0 * host_f - gpu_b, 0.0)
 
 
 def head_time(ctx: Ctx) -> LayerTime:
     """LM head GEMM (vocab-parallel over tp) and the cross entropy on the last pipeline stage."""
     gpu = ctx.cluster.gpu
-    scale = ctx.cluster.calibration.compute_scale
+    scale = compute_scale(ctx)
     h, vp = ctx.model.hidden, ctx.vocab_padded / ctx.t
     m = ctx.tokens
     # Megatron keeps the output layer in bf16 under fp8 recipes.

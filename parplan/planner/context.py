@@ -8,6 +8,7 @@ apart has min(n, domain // stride) members per domain (1 when stride >= domain).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,9 +17,13 @@ from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
 from parplan.planner.strategy import PRECISIONS, RECOMPUTE, Layouts, scatter_gather_acts
 from parplan.planner.workload import UNIFORM, Workload
+from parplan.stacks.presets import load_stack
+from parplan.stacks.spec import RECOMPUTE_KINDS, StackSpec
 
 FP8 = PRECISIONS.index("fp8")
-RC_NONE, RC_SELECTIVE, RC_MODULES, RC_FULL = (RECOMPUTE.index(x) for x in ("none", "selective", "modules", "full"))
+RC_NONE, RC_SELECTIVE, RC_MODULES, RC_FULL, RC_OP_SAC = (
+    RECOMPUTE_KINDS.index(x) for x in ("none", "core_attention", "modules", "full", "op_sac"))
+"""Codes of `Ctx.recompute`: what the layouts' recompute setting recomputes in the stack (RECOMPUTE_KINDS)."""
 
 ACT_BYTES = 2
 """bf16/fp16 activations (formulas.md conventions)."""
@@ -27,6 +32,12 @@ ACT_BYTES = 2
 def members_per_domain(domain: int, stride: np.ndarray, ranks: np.ndarray) -> np.ndarray:
     """Members of a group (size `ranks`, spacing `stride`) that share one scale-up domain."""
     return np.clip(domain // np.maximum(stride, 1), 1, np.maximum(ranks, 1)).astype(float)
+
+
+def recompute_kinds(stack: StackSpec) -> np.ndarray:
+    """Code (RECOMPUTE_KINDS) of what each recompute name (strategy.RECOMPUTE, by index) means in `stack`."""
+    return np.array([RECOMPUTE_KINDS.index(stack.recompute.get(name, "none")) for name in RECOMPUTE],
+                    dtype=np.int8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +73,30 @@ class Ctx:
     fp8: np.ndarray
     flash: np.ndarray
     recompute: np.ndarray
+    """What each layout's recompute setting recomputes in this stack: codes of stacks.spec.RECOMPUTE_KINDS
+    (RC_*); a name the stack does not define recomputes nothing here (the stack's rules refuse it)."""
+    recompute_blocks: np.ndarray
+    """Fraction of the transformer blocks that recompute applies to (Strategy.recompute_blocks)."""
+    stack: StackSpec
+    """The software stack the layouts run on: every stack fact the cost formulas read."""
     vocab_padded: np.ndarray
     """Vocabulary padded to a multiple of 128·tp (Megatron --make-vocab-size-divisible-by 128)."""
     tp_domain: np.ndarray
     cp_domain: np.ndarray
     dp_domain: np.ndarray
     """Members per scale-up domain of the dense gradient group (cp·dp ranks, stride tp)."""
+    replicas: np.ndarray
+    """Replicas of the sharded data-parallel group (Strategy.dp_replicate)."""
+    shard: np.ndarray
+    """Ranks of the dense ZeRO shard group: cp·dp/replicas (innermost, stride tp)."""
+    shard_domain: np.ndarray
+    """Members per scale-up domain of the dense shard group."""
+    replica_domain: np.ndarray
+    """Members per scale-up domain of the dense replica group (replicas ranks, stride tp·shard)."""
+    eshard: np.ndarray
+    """Ranks of the expert ZeRO shard group: edp/replicas."""
+    eshard_domain: np.ndarray
+    ereplica_domain: np.ndarray
     ep_domain: np.ndarray
     edp_domain: np.ndarray
     pp_same_domain: np.ndarray
@@ -79,13 +108,22 @@ class Ctx:
     straggler: np.ndarray
     """Max/mean per-GPU expert load of the EP group (1 with a balanced router); workload.py."""
 
+    def take(self, index: np.ndarray) -> Ctx:
+        """The quantities of the layouts `index` picks (no recomputation)."""
+        return dataclasses.replace(self, lay=self.lay.take(index), **{
+            f.name: getattr(self, f.name)[index] for f in dataclasses.fields(self)
+            if isinstance(getattr(self, f.name), np.ndarray)})
+
     @classmethod
-    def build(cls, model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM) -> Ctx:
+    def build(cls, model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM,
+              stack: StackSpec | None = None) -> Ctx:
+        stack = stack if stack is not None else load_stack()
         f = np.asarray
         t, p, c, e, et = (f(x, dtype=np.int64) for x in (lay.tp, lay.pp, lay.cp, lay.ep, lay.etp))
         gpus = cluster.gpus
         dp = gpus // (t * p * c)
         edp = gpus // (et * e * p)
+        r = np.maximum(f(lay.dp_replicate, dtype=np.int64), 1)
         b = lay.mbs.astype(float)
         s = lay.seq.astype(float)
         tokens = b * s / c
@@ -107,11 +145,19 @@ class Ctx:
             b=b, s=s, dp=dp, edp=edp, m=lay.gbs // np.maximum(1, dp * lay.mbs),
             tokens=tokens, tokens_sp=tokens_sp, tokens_moe=tokens_moe, sp=sp,
             scatter_gather=lay.pp_scatter_gather & scatter_gather_acts(t, p, sp),
-            fp8=lay.precision == FP8, flash=lay.flash_attention.astype(bool), recompute=lay.recompute,
+            fp8=lay.precision == FP8, flash=lay.flash_attention.astype(bool),
+            recompute=recompute_kinds(stack)[lay.recompute], recompute_blocks=lay.recompute_blocks.astype(float),
+            stack=stack,
             vocab_padded=np.ceil(model.vocab / (128 * t)) * 128 * t,
             tp_domain=members_per_domain(d, np.ones_like(t), t),
             cp_domain=members_per_domain(d, t, c),
             dp_domain=members_per_domain(d, t, c * dp),
+            replicas=r.astype(float), shard=(c * dp // r).astype(float),
+            shard_domain=members_per_domain(d, t, c * dp // r),
+            replica_domain=members_per_domain(d, t * c * dp // r, r),
+            eshard=(edp // r).astype(float),
+            eshard_domain=members_per_domain(d, et * e, edp // r),
+            ereplica_domain=members_per_domain(d, et * e * (edp // r), r),
             ep_domain=ep_domain,
             edp_domain=members_per_domain(d, et * e, edp),
             pp_same_domain=stage_stride * 2 <= d,

@@ -12,22 +12,30 @@ the recomputed forward FLOPs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from parplan.hardware.efficiency import peak_flops
 from parplan.hardware.spec import ClusterSpec
-from parplan.models.spec import Block, LayerKind, ModelSpec
+from parplan.models.spec import Block, LayerKind, Linear, ModelSpec
 from parplan.planner import comm, compute, memory
-from parplan.planner.context import RC_FULL, RC_MODULES, RC_SELECTIVE, Ctx
+from parplan.planner.context import Ctx
+from parplan.planner.recompute import communication_share, layer_recompute_time, recompute_flops_per_token
 from parplan.planner.schedule import bubble_time, inflight_microbatches, rank_patterns
-from parplan.planner.strategy import Layouts, Strategy
+from parplan.planner.strategy import RECOMPUTE, Layouts, Strategy
 from parplan.planner.workload import UNIFORM, Workload
+from parplan.stacks.presets import load_stack
+from parplan.stacks.spec import RECOMPUTE_KINDS, StackSpec
+from parplan.stacks.support import check_stack
 
-TIME_COMPONENTS = ("gemm", "attention", "elementwise", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm",
-                   "pipeline_bubble", "dp_grad_reduce", "dp_param_gather", "optimizer")
+TIME_COMPONENTS = ("gemm", "attention", "elementwise", "launch", "recompute", "tp_comm", "cp_comm", "ep_comm",
+                   "pp_comm", "pipeline_bubble", "dp_grad_reduce", "dp_param_gather", "optimizer")
 MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "buffers")
 
 
@@ -72,28 +80,60 @@ def _zeros(n: int) -> np.ndarray:
     return np.zeros(n)
 
 
-def _layer_work(ctx: Ctx, kind: LayerKind) -> _Work:
-    lt = compute.layer_time(ctx, kind)
+@dataclass(frozen=True, slots=True)
+class _ComputeRows:
+    """A Ctx's distinct combinations of _COMPUTE_KEYS: the compute functions (compute.*), which read only those
+    fields, run once per combination (and once per call) and are broadcast back to every layout. Many layouts
+    of a batch differ only in how their communication overlaps or what they recompute."""
+
+    ctx: Ctx
+    """The distinct combinations."""
+    inverse: np.ndarray
+    cache: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, ctx: Ctx) -> _ComputeRows:
+        first, inverse = _distinct(ctx.lay, _COMPUTE_KEYS)
+        return cls(ctx.take(first), inverse)
+
+    def _spread(self, value: np.ndarray | float) -> np.ndarray | float:
+        """A per-combination array back on every layout; a scalar (a part the unit does not have, e.g. the
+        head's host launch wait) as it is."""
+        return value[self.inverse] if isinstance(value, np.ndarray) else value
+
+    def __call__(self, fn: Callable, *args: object) -> Any:
+        key = (fn, *args)
+        if key not in self.cache:
+            out = fn(self.ctx, *args)
+            self.cache[key] = (out[self.inverse] if isinstance(out, np.ndarray) else dataclasses.replace(
+                out, **{f.name: self._spread(getattr(out, f.name)) for f in dataclasses.fields(out)}))
+        return self.cache[key]
+
+
+def _is_shared_expert(lin: Linear) -> bool:
+    return lin.block is Block.SHARED_EXPERTS
+
+
+def _layer_work(ctx: Ctx, kind: LayerKind, rows: _ComputeRows) -> _Work:
+    lt = rows(compute.layer_time, kind)
     tp_f, tp_b = comm.tp_layer(ctx, kind, lt.gemm_f, lt.gemm_b)
     cp_f, cp_b = comm.cp_layer(ctx, lt.attn_f, lt.attn_b)
     if kind is LayerKind.MOE:
-        shared = compute.gemm_work(ctx, kind, lambda lin: lin.block is Block.SHARED_EXPERTS)
+        shared = rows(compute.gemm_work, kind, _is_shared_expert)
         ep_f, ep_b = comm.ep_layer(ctx, lt.forward, lt.backward, shared.forward, shared.backward, lt.gemm_w)
     else:
         zero = _zeros(len(ctx.lay))
         ep_f = ep_b = comm.Comm(zero, zero)
     exposed_f = tp_f.exposed + cp_f.exposed + ep_f.exposed
-    # Selective recompute re-runs the attention core in backward, module recompute also norms, the expert
-    # activation and MLA up-projections; full recompute the whole forward, its communication included.
-    modules = (compute.module_recompute_time(ctx, kind) if (ctx.recompute == RC_MODULES).any()
-               else _zeros(len(ctx.lay)))
-    recompute = np.select([ctx.recompute == RC_FULL, ctx.recompute == RC_SELECTIVE, ctx.recompute == RC_MODULES],
-                          [lt.forward + exposed_f, lt.attn_f, lt.attn_f + modules], 0.0)
-    rec_comm = np.where(ctx.recompute == RC_FULL, 1.0, 0.0)
+    # What the stack's recompute setting re-runs in backward (recompute.RECOMPUTED), on the share of layers
+    # that recompute; its compute functions run once per compute combination (rows).
+    recompute = layer_recompute_time(ctx, kind, lt, exposed_f, rows)
+    rec_comm = communication_share(ctx)
     parts = {
         "gemm": lt.gemm_f + lt.gemm_b,
         "attention": lt.attn_f + lt.attn_b,
         "elementwise": lt.elem_f + lt.elem_b,
+        "launch": lt.launch_f + lt.launch_b,
         "recompute": recompute,
         "tp_comm": tp_f.exposed + tp_b.exposed,
         "cp_comm": cp_f.exposed + cp_b.exposed,
@@ -109,36 +149,94 @@ def _layer_work(ctx: Ctx, kind: LayerKind) -> _Work:
     return _Work(parts, total_comm, fwd, bwd, lt.gemm_w, lt.forward, lt.backward + recompute)
 
 
-def _head_work(ctx: Ctx) -> _Work:
+def _layer_compute(ctx: Ctx, kind: LayerKind, rows: _ComputeRows) -> _Work:
+    """A layer's compute alone: what `_layer_work` adds communication and recompute to."""
+    return _compute_work(rows(compute.layer_time, kind))
+
+
+def _head_work(ctx: Ctx, rows: _ComputeRows, compute_only: bool = False) -> _Work:
     """LM head + loss on the last stage, its input gathered over TP under SP; each MTP module adds a
-    transformer layer, its 2h -> h projection and another head."""
-    gather = comm.tp_head(ctx)
-    head = _compute_work(compute.head_time(ctx), gather, gather)
+    transformer layer, its 2h -> h projection and another head. `compute_only` leaves out the communication
+    and recompute (step_time_bound)."""
+    gather = 0.0 if compute_only else comm.tp_head(ctx)
+    head = _compute_work(rows(compute.head_time), gather, gather)
     if not ctx.model.mtp_layers:
         return head
-    mtp = _layer_work(ctx, ctx.model.mtp_layer_kind) + _compute_work(compute.mtp_extra_time(ctx)) + head
+    layer = (_layer_compute if compute_only else _layer_work)(ctx, ctx.model.mtp_layer_kind, rows)
+    mtp = layer + _compute_work(rows(compute.mtp_extra_time)) + head
     return head + mtp.scaled(ctx.model.mtp_layers)
 
 
-def _embedding_work(ctx: Ctx) -> _Work:
+def _embedding_work(ctx: Ctx, rows: _ComputeRows, compute_only: bool = False) -> _Work:
     """Embedding lookup on the first stage; vocab-parallel over TP, so its output is reduced across the TP
     group forward (comm.tp_embedding), and its gradient passes back without a collective."""
-    return _compute_work(compute.embedding_time(ctx), comm.tp_embedding(ctx))
+    return _compute_work(rows(compute.embedding_time), 0.0 if compute_only else comm.tp_embedding(ctx))
+
+
+_UNITS = ("dense", "moe", "head", "embedding")
+"""What a pipeline rank holds, by its pattern's counts (schedule.RankPattern): dense and MoE layers, the head
+(with the MTP modules) and the embedding."""
+
+
+def _unit_works(ctx: Ctx, compute_only: bool = False) -> dict[str, _Work]:
+    """The per-micro-batch work of each unit (_UNITS) on one rank; `compute_only` without communication and
+    recompute (step_time_bound)."""
+    layer = _layer_compute if compute_only else _layer_work
+    rows = _ComputeRows.of(ctx)
+    zero = _zeros(len(ctx.lay))
+    return {
+        "dense": layer(ctx, LayerKind.DENSE, rows),
+        "moe": (layer(ctx, LayerKind.MOE, rows) if ctx.model.moe_layer_count
+                else _Work({}, {}, zero, zero, zero, zero, zero)),
+        "head": _head_work(ctx, rows, compute_only),
+        "embedding": _embedding_work(ctx, rows, compute_only),
+    }
+
+
+def _per_rank(pat: dict[str, np.ndarray], units: dict[str, _Work], get: Callable[[_Work], np.ndarray]
+              ) -> np.ndarray:
+    """(N, K) seconds of one micro-batch's `get` part on each rank pattern: its units' work, times the share
+    of its layers each micro-batch passes (DualPipe: half)."""
+    return pat["work"] * sum(pat[u] * get(units[u])[:, None] for u in _UNITS)
+
+
+def _pipeline(ctx: Ctx, pat: dict[str, np.ndarray], t_f: np.ndarray, t_b: np.ndarray, t_w: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pipeline seconds per step, the bubble, the critical rank pattern) from the (N, K) forward, backward
+    and weight-grad seconds of one micro-batch per rank pattern: m times the slowest rank's micro-batch plus
+    the schedule's bubble (over the ranks' mean times) and its fill-and-drain transfers."""
+    real = pat["count"] > 0
+    crit = np.argmax(np.where(real, t_f + t_b, -np.inf), axis=1)
+
+    def mean(a: np.ndarray) -> np.ndarray:
+        """Average over all p ranks (patterns weighted by how many ranks share them)."""
+        return (np.where(real, a, 0.0) * pat["count"]).sum(axis=1) / ctx.p
+
+    bubble = (bubble_time(ctx.p, ctx.v, ctx.lay.schedule, mean(t_f), mean(t_b), mean(t_w))
+              + comm.pp_bubble_transfers(ctx))
+    slowest = np.take_along_axis(t_f + t_b, crit[:, None], axis=1)[:, 0]
+    return ctx.m * slowest + bubble, bubble, crit
 
 
 _PATTERN_FIELDS = ("rank", "count", "dense", "moe", "embedding", "head", "work")
+
+
+@lru_cache(maxsize=4096)
+def _pattern_table(model: ModelSpec, pp: int, vpp: int, schedule: int) -> np.ndarray:
+    """(K, fields) rank patterns of one pipeline (_PATTERN_FIELDS), as the rows `_patterns` gathers."""
+    return np.array([[float(getattr(pat, f)) for f in _PATTERN_FIELDS]
+                     for pat in rank_patterns(model, pp, vpp, schedule)])
 
 
 def _patterns(model: ModelSpec, lay: Layouts) -> dict[str, np.ndarray]:
     """(N, K) arrays describing the distinct rank patterns of each layout's pipeline (count 0 = padding)."""
     first, inverse = group_rows([lay.pp, lay.vpp, lay.schedule])
     uniq = zip(lay.pp[first], lay.vpp[first], lay.schedule[first], strict=True)
-    tables = [rank_patterns(model, int(p), int(v), int(sc)) for p, v, sc in uniq]
+    tables = [_pattern_table(model, int(p), int(v), int(sc)) for p, v, sc in uniq]
     k = max(len(tb) for tb in tables)
     table = np.zeros((len(first), k, len(_PATTERN_FIELDS)))
     for i, tb in enumerate(tables):
-        for j, pat in enumerate(tb):
-            table[i, j] = [float(getattr(pat, f)) for f in _PATTERN_FIELDS]
+        table[i, :len(tb)] = tb
     rows = table[inverse]  # one gather for all fields
     return {f: rows[:, :, i] for i, f in enumerate(_PATTERN_FIELDS)}
 
@@ -149,6 +247,7 @@ class Evaluation:
 
     model: ModelSpec
     cluster: ClusterSpec
+    stack: StackSpec
     layouts: Layouts
     step_time_s: np.ndarray
     tokens_per_s_per_gpu: np.ndarray
@@ -181,10 +280,14 @@ class Evaluation:
 
 
 _LAYER_KEYS = ("tp", "cp", "ep", "etp", "mbs", "seq", "sp", "precision", "flash_attention", "recompute",
-               "tp_overlap", "schedule", "dispatch", "redundant_experts", "ep_overlap")
+               "recompute_blocks", "tp_overlap", "schedule", "dispatch", "redundant_experts", "ep_overlap")
 """The fields per-layer work depends on; pp, vpp, zero, gbs, p2p_overlap and pp_scatter_gather only change
 how the work is combined (pipeline transfers and the step)."""
-_GRID_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp", "schedule", "redundant_experts")
+_COMPUTE_KEYS = ("tp", "cp", "ep", "etp", "mbs", "seq", "sp", "precision", "flash_attention", "redundant_experts")
+"""The fields a unit's compute alone depends on (compute.layer_time, head_time, embedding_time,
+mtp_extra_time, and what recompute.py re-runs of it): _LAYER_KEYS without the schedule (which only sets what
+hides the EP all-to-all) and without BOUND_FREE. The stack is one per call (Ctx.stack)."""
+_GRID_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp", "schedule", "redundant_experts", "dp_replicate")
 """The fields data-parallel traffic depends on (group sizes and the parameters a rank holds)."""
 
 
@@ -192,11 +295,14 @@ def group_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(index of one representative per distinct row of `columns`, inverse map from every row to its group).
 
     Rows are packed into one int64 (mixed radix over each column's value range) so that a single 1-D sort
-    groups them; a column with a huge range is first replaced by its rank among its distinct values.
+    groups them; a column with a huge range, or of fractions (recompute_blocks), is first replaced by its rank
+    among its distinct values.
     """
     code = np.zeros(len(columns[0]), dtype=np.int64)
     capacity = 1
     for col in columns:
+        if col.dtype.kind == "f":
+            col = np.unique(col, return_inverse=True)[1].ravel()
         col = col.astype(np.int64)
         lo, hi = int(col.min()), int(col.max())
         span = hi - lo + 1
@@ -261,14 +367,12 @@ def _rank_params(ctx: Ctx, pat: dict[str, np.ndarray]) -> _RankParams:
 
 def _model_states(ctx: Ctx, params: _RankParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(N, K) bytes of weights, gradients and optimizer states per rank pattern: dense parameters sharded
-    over cp·dp, expert parameters over the expert-DP group. The memory model and the optimizer step (which
-    streams the states) both read them."""
+    over the cp·dp shard group, expert parameters over the expert-DP one (each a 1/dp_replicate of the group
+    with HSDP). The memory model and the optimizer step (which streams the states) both read them."""
     zero = ctx.lay.zero[:, None]
     sharded_grads = comm.reduces_every_microbatch(ctx)[:, None]
-    dense = memory.model_state_bytes(params.dense, (ctx.c * ctx.dp).astype(float)[:, None], zero,
-                                     grads_sharded=sharded_grads)
-    expert = memory.model_state_bytes(params.expert, ctx.edp.astype(float)[:, None], zero,
-                                      grads_sharded=sharded_grads)
+    dense = memory.model_state_bytes(params.dense, ctx.shard[:, None], zero, grads_sharded=sharded_grads)
+    expert = memory.model_state_bytes(params.expert, ctx.eshard[:, None], zero, grads_sharded=sharded_grads)
     weights, grads, optim = (d + e for d, e in zip(dense, expert, strict=True))
     return weights, grads, optim
 
@@ -296,80 +400,194 @@ def _peak_gib(rank_mem: memory.RankMemory, pat: dict[str, np.ndarray]) -> np.nda
     return np.where(pat["count"] > 0, rank_mem.total / 2**30, -np.inf).max(axis=1)
 
 
-def peak_memory_gib(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM) -> np.ndarray:
+_RECOMPUTE_NONE = RECOMPUTE.index("none")
+
+
+def _units(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload, stack: StackSpec | None, *,
+           compute_only: bool = False) -> tuple[dict[str, _Work], np.ndarray]:
+    """Each unit's work as `stack` runs it, computed once per distinct combination of the fields it depends on
+    (_LAYER_KEYS; _COMPUTE_KEYS for compute alone), and the map from every layout to its combination."""
+    first, inverse = _distinct(lay, _COMPUTE_KEYS if compute_only else _LAYER_KEYS)
+    return _unit_works(Ctx.build(model, cluster, lay.take(first), workload, stack), compute_only), inverse
+
+
+def _rank_times(ctx: Ctx, pat: dict[str, np.ndarray], units: dict[str, _Work]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, comm.Comm]:
+    """(N, K) forward, backward (with the exposed stage-to-stage transfers) and weight-grad seconds of one
+    micro-batch per rank pattern, and the transfers."""
+    pp_mb = comm.pp_microbatch(ctx)
+    t_f = _per_rank(pat, units, lambda x: x.fwd)
+    t_b = _per_rank(pat, units, lambda x: x.bwd) + pp_mb.exposed[:, None]
+    return t_f, t_b, _per_rank(pat, units, lambda x: x.wgrad), pp_mb
+
+
+_PIPELINE_BATCH = 1 << 16
+"""Layouts per batch when only the pipeline term is wanted (each holds (N, K, 7) pattern arrays)."""
+
+
+def _pipeline_of(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, units: dict[str, _Work],
+                 inverse: np.ndarray, workload: Workload, stack: StackSpec | None) -> np.ndarray:
+    """The pipeline seconds of each layout, its units' work being units[...][inverse[i]]."""
+    out = np.empty(len(lay))
+    for lo in range(0, len(lay), _PIPELINE_BATCH):
+        rows = np.arange(lo, min(lo + _PIPELINE_BATCH, len(lay)))
+        part = lay.take(rows)
+        ctx = Ctx.build(model, cluster, part, workload, stack)
+        pat = _patterns(model, part)
+        t_f, t_b, t_w, _ = _rank_times(ctx, pat, {u: _take_work(w, inverse[rows], False) for u, w in units.items()})
+        out[rows] = _pipeline(ctx, pat, t_f, t_b, t_w)[0]
+    return out
+
+
+def pipeline_seconds(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM,
+                     stack: StackSpec | None = None, *, compute_only: bool = False) -> np.ndarray:
+    """The pipeline term of each layout's step as `stack` runs it (evaluate_layouts: m times the slowest rank's
+    micro-batch plus the bubble), without the data-parallel traffic and the optimizer that the step adds to
+    it. `compute_only` leaves each unit's communication and recompute out (step_time_bound)."""
+    stack = load_stack(stack)
+    units, inverse = _units(model, cluster, lay, workload, stack, compute_only=compute_only)
+    return _pipeline_of(model, cluster, lay, units, inverse, workload, stack)
+
+
+BOUND_FREE = ("zero", "dp_replicate", "recompute", "recompute_blocks", "tp_overlap", "dispatch", "ep_overlap")
+"""The fields `step_time_bound` holds across: the choices a search block leaves open (zero, recompute and the
+time-only ones), and the HSDP replicas and the share of blocks recomputed, which the search holds at 1."""
+
+
+def step_time_bound(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM,
+                    stack: StackSpec | None = None) -> np.ndarray:
+    """A lower bound on the step time of every valid layout that equals lay[i] except in BOUND_FREE fields
+    (whatever values lay holds in them), run on `stack`: the pipeline term of `evaluate_layouts`, through the
+    same functions, with each unit's communication and recompute left out (pipeline_seconds, compute_only).
+
+    A search skips whole blocks of layouts on it, so it must never exceed a step time. It holds because
+    (each is a property tested in tests/test_bound.py under several stacks, so that a cost-model change that
+    breaks one fails a test instead of losing the best layout):
+      1. on every rank, a unit's forward (backward) seconds on the critical path are at least its compute
+         alone (exposed communication and whatever the stack's recompute kind re-runs, on any share of the
+         blocks, are >= 0), and its weight-grad part equals it;
+      2. compute alone (the compute_only unit works: the stack's kernel throughput, attention kernel, eager
+         element-wise traffic and host launch waits included), the stage-to-stage transfers
+         (comm.pp_microbatch and comm.pp_bubble_transfers) and the pipeline shape read none of BOUND_FREE,
+         and compute alone not the schedule either (_COMPUTE_KEYS);
+      3. schedule.bubble_time never falls when the ranks' t_f or t_b grows (t_w held);
+      4. what the step adds to the pipeline (exposed data-parallel traffic, the stack's ZeRO-3 passes and HSDP
+         replica reduction among it, and the optimizer) is >= 0.
+    """
+    return pipeline_seconds(model, cluster, lay, workload, stack, compute_only=True)
+
+
+def model_units(model: ModelSpec) -> dict[str, int]:
+    """How many of each unit (_UNITS) one micro-batch passes through in the whole pipeline: every layer, the
+    head and the embedding once. Summed over a pipeline's ranks, each rank's units times its work share are
+    these, whatever the schedule (tested over schedule.rank_patterns)."""
+    return {"dense": model.layers - model.moe_layer_count, "moe": model.moe_layer_count, "head": 1, "embedding": 1}
+
+
+def compute_floor(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM,
+                  stack: StackSpec | None = None) -> np.ndarray:
+    """A lower bound on `step_time_bound` itself, so on every step time that covers, that needs no pipeline
+    shape and therefore holds across schedules too: m times one micro-batch's compute over the whole model
+    (model_units) spread evenly over the p ranks, i.e. the mean rank, which the slowest is not below; no
+    bubble (bubble_time and the fill-and-drain transfers are >= 0 for every valid pipeline, tested)."""
+    units, inverse = _units(model, cluster, lay, workload, load_stack(stack), compute_only=True)
+    counts = model_units(model)
+    total = sum(counts[u] * (w.compute_f + w.compute_b) for u, w in units.items())
+    return lay.microbatches(cluster.gpus) * total[inverse] / lay.pp
+
+
+def time_options_bound(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, options: Layouts, owner: np.ndarray,
+                       workload: Workload = UNIFORM, stack: StackSpec | None = None) -> np.ndarray:
+    """A tighter lower bound than `step_time_bound`, communication included: for each layout lay[i], one on the
+    step time of every valid layout equal to one of its `options` (the rows whose `owner` is i: lay[i] with
+    each setting of the time-only fields it may take) except in zero, dp_replicate, recompute and
+    recompute_blocks, run on `stack`.
+
+    The pipeline of lay[i] with each unit's forward and backward seconds the least over the options at
+    recompute none, and its weight-grad part the largest. It holds because (tested in tests/test_bound.py
+    under several stacks):
+      1. no unit's work, stage-to-stage transfer nor the pipeline shape reads zero or dp_replicate;
+      2. recompute, whatever the stack makes a name re-run (recompute.RECOMPUTED) and on whatever share of the
+         blocks, leaves a unit's forward seconds and weight-grad part unchanged and only adds to its backward
+         seconds (recompute none, which recomputes nothing in every stack, is the least);
+      3. the pipeline never falls when a rank's t_f or t_b grows or its t_w shrinks (schedule.bubble_time;
+         the slowest rank and the ranks' mean are monotone);
+      4. what the step adds to the pipeline (exposed data-parallel traffic, the optimizer) is >= 0.
+    A layout without options gets no bound (-inf).
+    """
+    stack = load_stack(stack)
+    options = dataclasses.replace(options, recompute=np.full(len(options), _RECOMPUTE_NONE,
+                                                             dtype=options.recompute.dtype))
+    works, inverse = _units(model, cluster, options, workload, stack)
+    n = len(lay)
+    has = np.bincount(owner, minlength=n) > 0
+    least: dict[str, _Work] = {}
+    for u, w in works.items():
+        fwd, bwd, wgrad = np.full(n, np.inf), np.full(n, np.inf), np.full(n, -np.inf)
+        np.minimum.at(fwd, owner, w.fwd[inverse])
+        np.minimum.at(bwd, owner, w.bwd[inverse])
+        np.maximum.at(wgrad, owner, w.wgrad[inverse])
+        fwd, bwd, wgrad = (np.where(has, x, 0.0) for x in (fwd, bwd, wgrad))
+        least[u] = _Work({}, {}, fwd, bwd, wgrad, fwd, bwd)
+    bound = _pipeline_of(model, cluster, lay, least, np.arange(n), workload, stack)
+    return np.where(has, bound, -np.inf)
+
+
+def peak_memory_gib(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM,
+                    stack: StackSpec | None = None) -> np.ndarray:
     """Peak allocated GiB of each layout's most loaded rank, without its time: what a search checks first,
     since a layout that cannot fit needs no step time."""
-    ctx = Ctx.build(model, cluster, lay, workload)
+    ctx = Ctx.build(model, cluster, lay, workload, stack)
     pat = _patterns(model, lay)
     return _peak_gib(_rank_memory(ctx, pat, _rank_params(ctx, pat)), pat)
 
 
 def required_memory_gib(model: ModelSpec, cluster: ClusterSpec, lay: Layouts,
-                        workload: Workload = UNIFORM) -> np.ndarray:
+                        workload: Workload = UNIFORM, stack: StackSpec | None = None) -> np.ndarray:
     """GPU memory each layout needs: peak allocated + allocator headroom + CUDA context."""
-    return memory.required_gib(peak_memory_gib(model, cluster, lay, workload))
+    return memory.required_gib(peak_memory_gib(model, cluster, lay, workload, stack))
 
 
 def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, breakdown: bool = True,
-                     workload: Workload = UNIFORM, peak_gib: np.ndarray | None = None) -> Evaluation:
+                     workload: Workload = UNIFORM, peak_gib: np.ndarray | None = None,
+                     stack: StackSpec | None = None) -> Evaluation:
     """Evaluate a batch of (valid) layouts with numpy; the same formulas as `evaluate`.
 
     Per-layer work is computed once per distinct combination of the fields it depends on and broadcast
     back, which keeps a search over millions of layouts fast without a second copy of any formula.
     breakdown=False skips assembling the per-component arrays (a search ranks first and then asks for the
     breakdown of its winners); `peak_gib`, the layouts' peak_memory_gib when the caller has it already,
-    skips the memory pass (and with breakdown=False leaves memory_by_rank empty).
+    skips the memory pass (and with breakdown=False leaves memory_by_rank empty). `stack` is the software
+    stack the layouts run on (default: megatron-core).
     """
     n = len(lay)
-    ctx = Ctx.build(model, cluster, lay, workload)
-    first, inverse = _distinct(lay, _LAYER_KEYS)
-    sub = Ctx.build(model, cluster, lay.take(first), workload)
-    kinds = [LayerKind.DENSE] + ([LayerKind.MOE] if model.moe_layer_count else [])
-    work = {kind: _take_work(_layer_work(sub, kind), inverse, breakdown) for kind in kinds}
-    if LayerKind.MOE not in work:
-        work[LayerKind.MOE] = _Work({}, {}, _zeros(n), _zeros(n), _zeros(n), _zeros(n), _zeros(n))
-    head = _take_work(_head_work(sub), inverse, breakdown)
-    embedding = _take_work(_embedding_work(sub), inverse, breakdown)
+    stack = load_stack(stack)
+    ctx = Ctx.build(model, cluster, lay, workload, stack)
+    works, inverse = _units(model, cluster, lay, workload, stack)
+    units = {u: _take_work(w, inverse, breakdown) for u, w in works.items()}
     pat = _patterns(model, lay)
-
-    def col(x: np.ndarray) -> np.ndarray:
-        return x[:, None]
-
-    dense, moe, w, has_head, has_emb = pat["dense"], pat["moe"], pat["work"], pat["head"], pat["embedding"]
+    dense, moe = pat["dense"], pat["moe"]
     real = pat["count"] > 0
 
-    def per_rank(get) -> np.ndarray:
-        d, mo, hd, em = get(work[LayerKind.DENSE]), get(work[LayerKind.MOE]), get(head), get(embedding)
-        return w * (dense * col(d) + moe * col(mo) + has_head * col(hd) + has_emb * col(em))
+    def per_rank(get: Callable[[_Work], np.ndarray]) -> np.ndarray:
+        return _per_rank(pat, units, get)
 
-    pp_mb = comm.pp_microbatch(ctx)
-    t_f = per_rank(lambda x: x.fwd)
-    t_b = per_rank(lambda x: x.bwd) + col(pp_mb.exposed)
-    t_w = per_rank(lambda x: x.wgrad)
+    t_f, t_b, t_w, pp_mb = _rank_times(ctx, pat, units)
     c_f = per_rank(lambda x: x.compute_f)
     c_b = per_rank(lambda x: x.compute_b)
-    t_mb = np.where(real, t_f + t_b, -np.inf)
-    crit = np.argmax(t_mb, axis=1)
+    pipeline, bubble, crit = _pipeline(ctx, pat, t_f, t_b, t_w)
 
     def pick(a: np.ndarray) -> np.ndarray:
         """The critical (slowest) rank's value."""
         return np.take_along_axis(a, crit[:, None], axis=1)[:, 0]
 
     m = ctx.m.astype(float)
-    p = ctx.p.astype(float)
-
-    def mean(a: np.ndarray) -> np.ndarray:
-        """Average over all p ranks (patterns weighted by how many ranks share them)."""
-        return (np.where(real, a, 0.0) * pat["count"]).sum(axis=1) / p
-
-    bubble = bubble_time(ctx.p, ctx.v, lay.schedule, mean(t_f), mean(t_b), mean(t_w)) + comm.pp_bubble_transfers(ctx)
-    pipeline = m * pick(t_mb) + bubble
 
     # Data-parallel traffic of rank 0 (pattern 0: the first stage finishes the pipeline last), computed
     # once per distinct parallel grid, then the optimizer over the parameters each rank updates.
     params = _rank_params(ctx, pat)
     g_first, g_inverse = _distinct(lay, _GRID_KEYS)
-    g_ctx = Ctx.build(model, cluster, lay.take(g_first), workload)
+    g_ctx = Ctx.build(model, cluster, lay.take(g_first), workload, stack)
     traffic = comm.dp_traffic(g_ctx, params.dense[g_first, 0], params.expert[g_first, 0],
                               (dense[:, 0] + moe[:, 0])[g_first]).take(g_inverse)
     dp = comm.dp_step(ctx, traffic, t_f[:, 0], t_b[:, 0], c_f[:, 0], c_b[:, 0])
@@ -397,20 +615,18 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, br
 
     model_flops = per_seq(model.training_flops_per_token)
     mfu = tokens_per_s_per_gpu * model_flops / peak_flops(cluster.gpu, ctx.fp8)
-    layers_fwd = per_seq(lambda x: model.forward_flops_per_token(x) - 2.0 * model.hidden * model.vocab
-                         * (1 + model.mtp_layers))
-    attn_fwd = per_seq(model.attention_core_flops_per_token)
-    up_proj = 2.0 * model.layers * sum(lin.params for lin in model.attention_linears()
-                                       if lin.name in compute.MLA_UP_PROJECTIONS)
-    extra = np.select([lay.recompute == RC_FULL, lay.recompute == RC_SELECTIVE, lay.recompute == RC_MODULES],
-                      [layers_fwd, attn_fwd, attn_fwd + up_proj], 0.0)
-    hfu = mfu * (model_flops + extra) / model_flops
+    # HFU adds the forward FLOPs the recompute setting repeats (per distinct seq, kind and precision).
+    keys = np.stack([lay.seq, ctx.recompute, ctx.fp8], axis=1)
+    uniq, which = np.unique(keys, axis=0, return_inverse=True)
+    repeated = np.array([recompute_flops_per_token(model, float(x), RECOMPUTE_KINDS[int(k)], bool(f))
+                         for x, k, f in uniq])[which.ravel()]
+    hfu = mfu * (model_flops + ctx.recompute_blocks * repeated) / model_flops
 
     # Time breakdown on the critical rank.
     exposed: dict[str, np.ndarray] = {}
     total: dict[str, np.ndarray] = {}
     if breakdown:
-        for name in ("gemm", "attention", "elementwise", "recompute", "tp_comm", "cp_comm", "ep_comm"):
+        for name in ("gemm", "attention", "elementwise", "launch", "recompute", "tp_comm", "cp_comm", "ep_comm"):
             exposed[name] = m * pick(per_rank(lambda x, name=name: x.parts.get(name, _zeros(n))))
         for name in ("tp_comm", "cp_comm", "ep_comm"):
             total[name] = m * pick(per_rank(lambda x, name=name: x.total_comm.get(name, _zeros(n))))
@@ -422,7 +638,8 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, br
         for name in TIME_COMPONENTS:
             total.setdefault(name, exposed[name])
     return Evaluation(
-        model=model, cluster=cluster, layouts=lay, step_time_s=step, tokens_per_s_per_gpu=tokens_per_s_per_gpu,
+        model=model, cluster=cluster, stack=stack, layouts=lay, step_time_s=step,
+        tokens_per_s_per_gpu=tokens_per_s_per_gpu,
         mfu=mfu, hfu=hfu, memory_gib=peak, required_gib=required, fits=required <= cluster.gpu.hbm_gib,
         time_exposed=exposed, time_total=total, memory_by_rank=mem_gib, patterns=pat,
         time_per_microbatch=np.where(real, t_f + t_b, 0.0), time_forward=np.where(real, t_f, 0.0),
@@ -438,6 +655,10 @@ class Estimate:
     cluster: str
     gpus: int
     strategy: Strategy
+    stack: str
+    """The software stack the layout is costed as (StackSpec.name)."""
+    compile: bool
+    """Whether the stack ran it compiled (torch.compile or XLA)."""
     step_time_s: float
     tokens_per_s_per_gpu: float
     mfu: float
@@ -489,6 +710,7 @@ class Estimate:
         stages.sort(key=lambda st: st["first_rank"])
         return cls(
             model=model.name, cluster=ev.cluster.name, gpus=ev.cluster.gpus, strategy=strategy,
+            stack=ev.stack.name, compile=ev.stack.compiled,
             step_time_s=float(ev.step_time_s[i]), tokens_per_s_per_gpu=float(ev.tokens_per_s_per_gpu[i]),
             mfu=float(ev.mfu[i]), hfu=float(ev.hfu[i]), memory_gib=float(ev.memory_gib[i]),
             required_gib=float(ev.required_gib[i]), capacity_gib=ev.cluster.gpu.hbm_gib, fits=bool(ev.fits[i]),
@@ -513,6 +735,8 @@ class Estimate:
             "cluster": self.cluster,
             "gpus": self.gpus,
             "strategy": self.strategy.as_dict(self.gpus),
+            "stack": self.stack,
+            "compile": self.compile,
             "step_time_s": self.step_time_s,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "tokens_per_s": self.tokens_per_s,
@@ -534,8 +758,14 @@ class Estimate:
         }
 
 
-def evaluate(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy, *, workload: Workload = UNIFORM) -> Estimate:
-    """Predict one layout; raises InvalidStrategyError if it cannot run. `workload` sets the expert load
-    (default: a balanced router)."""
+def evaluate(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy, *, workload: Workload = UNIFORM,
+             stack: StackSpec | str | Path | None = None, compile: bool | None = None) -> Estimate:
+    """Predict one layout as `stack` runs it (a preset name, a stack file or a StackSpec; default
+    megatron-core), with torch.compile on or off (`compile`; None: the stack's default); raises
+    InvalidStrategyError if the layout cannot run, or the stack cannot run it. `workload` sets the expert
+    load (default: a balanced router)."""
+    spec = load_stack(stack, compile=compile)
     strategy.check(model, cluster)
-    return evaluate_layouts(model, cluster, Layouts.from_strategies([strategy]), workload=workload).estimate(0)
+    check_stack(spec, strategy, model, cluster.gpus)
+    lay = Layouts.from_strategies([strategy])
+    return evaluate_layouts(model, cluster, lay, workload=workload, stack=spec).estimate(0)

@@ -19,7 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from parplan.models.spec import Block, LayerKind, Shard
-from parplan.planner.context import ACT_BYTES, RC_FULL, RC_MODULES, RC_SELECTIVE, Ctx
+from parplan.planner.compute import gemm_shapes
+from parplan.planner.context import ACT_BYTES, RC_FULL, RC_MODULES, RC_OP_SAC, RC_SELECTIVE, Ctx
+from parplan.planner.recompute import RECOMPUTED
+from parplan.stacks.spec import RECOMPUTE_KINDS
 
 WEIGHT_BYTES = 2
 MAIN_GRAD_BYTES = 4
@@ -109,15 +112,26 @@ def mtp_params(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
 
 
 def layer_activation_bytes(ctx: Ctx, kind: LayerKind, recompute: np.ndarray | None = None) -> np.ndarray:
-    """Bytes one layer keeps for backward per micro-batch on one rank (Korthikanti 2022 accounting).
+    """Bytes one layer keeps for backward per micro-batch on one rank, averaged over the layers: the layouts'
+    recompute setting on a fraction `recompute_blocks` of them, nothing recomputed on the others; or
+    `recompute` (codes of RECOMPUTE_KINDS) on every layer (the working set of a fully recomputed layer is its
+    activations without recompute)."""
+    if recompute is not None:
+        return _activation_bytes(ctx, kind, recompute)
+    own = _activation_bytes(ctx, kind, ctx.recompute)
+    if (ctx.recompute_blocks >= 1.0).all():
+        return own
+    kept = _activation_bytes(ctx, kind, np.zeros_like(ctx.recompute))
+    return ctx.recompute_blocks * own + (1.0 - ctx.recompute_blocks) * kept
 
-    `recompute` overrides the layouts' setting (the working set of a fully recomputed layer is its
-    activations without recompute). Module recompute keeps each norm's input but not its output (the next
+
+def _activation_bytes(ctx: Ctx, kind: LayerKind, rc: np.ndarray) -> np.ndarray:
+    """Bytes one layer under recompute kind `rc` keeps for backward per micro-batch on one rank (Korthikanti
+    2022 accounting). Module recompute keeps each norm's input but not its output (the next
     GEMM's input), the expert activation's input but not its output, and MLA's latents but not the
     up-projected heads. GEMM inputs take FP8_ACTIVATION_BYTES under fp8.
     """
     m = ctx.model
-    rc = ctx.recompute if recompute is None else recompute
     mods = rc == RC_MODULES
     kept = np.where(mods, 0.0, 1.0)  # tensors module recompute rebuilds in backward
     a = m.attention
@@ -161,7 +175,32 @@ def layer_activation_bytes(ctx: Ctx, kind: LayerKind, recompute: np.ndarray | No
         if moe.shared_experts:
             mlp = mlp + tok * (two * up + gin) * moe.shared_experts * moe.shared_ffn / t
     full = attn + mlp
-    return np.where(rc == RC_FULL, two * tr * h, full)
+    out = np.where(rc == RC_FULL, two * tr * h, full)
+    for code in np.unique(rc[rc >= RC_OP_SAC]):
+        out = np.where(rc == code, _saved_outputs_bytes(ctx, kind, RECOMPUTE_KINDS[int(code)]), out)
+    return out
+
+
+def _saved_outputs_bytes(ctx: Ctx, kind: LayerKind, name: str) -> np.ndarray:
+    """Bytes a layer keeps under a kind that saves chosen op outputs and recomputes the rest (torchtitan's
+    per-op SAC, MaxText's remat policies; recompute.RECOMPUTED): the layer's input, the output of every
+    linear it does not recompute (column-parallel outputs split over TP, row-parallel ones on the
+    sequence-parallel shard), and the attention output with its fp32 log-sum-exp where the attention core is
+    not recomputed. What the recomputation rebuilds in backward is transient."""
+    m = ctx.model
+    what = RECOMPUTED[name]
+    out = ACT_BYTES * ctx.tokens_sp * m.hidden
+    for fp8 in (False, True):
+        share = what.linears(m, kind, fp8)
+        kept = 0.0
+        for lin, rows, n, _, count in gemm_shapes(ctx, kind):
+            width_tokens = rows * n * count  # output elements of this linear on this rank
+            kept = kept + (1.0 - share(lin)) * width_tokens
+        out = out + np.where(ctx.fp8 == fp8, ACT_BYTES * kept, 0.0)
+    if not what.attention:
+        a = m.attention
+        out = out + ctx.tokens * a.heads / ctx.t * (ACT_BYTES * a.v_head_dim + 4.0)
+    return out
 
 
 def mtp_activation_bytes(ctx: Ctx, dense_layer: np.ndarray, moe_layer: np.ndarray) -> np.ndarray:

@@ -20,6 +20,8 @@ from parplan.planner.context import ACT_BYTES, Ctx
 from parplan.planner.estimate import Estimate, evaluate
 from parplan.planner.strategy import Layouts
 from parplan.planner.workload import UNIFORM, Workload
+from parplan.stacks.presets import load_stack
+from parplan.stacks.spec import StackSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,14 +85,15 @@ def _states(stage: dict[str, object]) -> float:
     return mem["weights"] + mem["gradients"] + mem["optimizer"]
 
 
-def moe_section(model: ModelSpec, cluster: ClusterSpec, est: Estimate,
-                workload: Workload = UNIFORM) -> MoESection | None:
-    """The MoE figures of `est`; None for a dense model."""
+def moe_section(model: ModelSpec, cluster: ClusterSpec, est: Estimate, workload: Workload = UNIFORM,
+                stack: StackSpec | None = None) -> MoESection | None:
+    """The MoE figures of `est` (costed as `stack` runs it; default megatron-core); None for a dense model."""
     moe = model.moe
     if moe is None:
         return None
     s = est.strategy
-    ctx = Ctx.build(model, cluster, Layouts.from_strategies([s]), workload)
+    stack = load_stack(stack)
+    ctx = Ctx.build(model, cluster, Layouts.from_strategies([s]), workload, stack)
     dispatch = comm.expert_traffic(ctx, comm.dispatch_bytes(ctx))
     combine = comm.expert_traffic(ctx, float(ACT_BYTES))
     mib = 2.0**20
@@ -106,7 +109,8 @@ def moe_section(model: ModelSpec, cluster: ClusterSpec, est: Estimate,
     replica_gib = 0.0
     if s.redundant_experts:
         # Model states only: the replicas also shrink the busiest rank's activations when the load is skewed.
-        without = evaluate(model, cluster, dataclasses.replace(s, redundant_experts=0), workload=workload)
+        without = evaluate(model, cluster, dataclasses.replace(s, redundant_experts=0), workload=workload,
+                           stack=stack)
         replica_gib = max(_states(a) - _states(b) for a, b in zip(est.stages, without.stages, strict=True))
     ep_time = est.time_breakdown["ep_comm"]
     return MoESection(

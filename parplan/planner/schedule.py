@@ -11,6 +11,7 @@ holds chunks r and 2p−1−r of a 2p-stage cut (V shape, each micro-batch passe
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -28,11 +29,7 @@ def virtual_stage_layers(layers: int, stages: int) -> list[int]:
     counts = [per] * stages
     deficit = per * stages - layers
     order = [i for pair in zip(range(stages - 1, -1, -1), range(stages), strict=True) for i in pair]
-    seen: list[int] = []
-    for i in order:
-        if i not in seen:
-            seen.append(i)
-    for i in seen[:deficit]:
+    for i in list(dict.fromkeys(order))[:deficit]:  # last, first, second last, second, ... each once
         counts[i] -= 1
     return counts
 
@@ -71,15 +68,12 @@ def rank_patterns(model: ModelSpec, pp: int, vpp: int, schedule: int) -> tuple[R
     """Distinct rank patterns of a pipeline, each with its first rank and multiplicity."""
     stages = pp if schedule == S_DUALPIPE else (2 * pp if schedule == S_DUALPIPEV else pp * vpp)
     counts = virtual_stage_layers(model.layers, stages)
-    kinds = model.layer_kinds()
-    starts = np.concatenate([[0], np.cumsum(counts)])
+    starts = [0, *itertools.accumulate(counts)]
+    moe_before = [0, *itertools.accumulate(k is LayerKind.MOE for k in model.layer_kinds())]  # MoE layers before i
     out: dict[tuple, list] = {}
     for rank, held in enumerate(_assignment(pp, vpp, schedule)):
-        dense = moe = 0
-        for st in held:
-            layer_kinds = kinds[starts[st]:starts[st + 1]]
-            moe += sum(1 for k in layer_kinds if k is LayerKind.MOE)
-            dense += sum(1 for k in layer_kinds if k is LayerKind.DENSE)
+        moe = sum(moe_before[starts[st + 1]] - moe_before[starts[st]] for st in held)
+        dense = sum(counts[st] for st in held) - moe
         key = (dense, moe, 0 in held, stages - 1 in held)
         if key in out:
             out[key][1] += 1
@@ -130,8 +124,11 @@ def bubble_time(pp: np.ndarray, vpp: np.ndarray, schedule: np.ndarray, t_f: np.n
     t_bi = t_b - t_w
     zb = np.maximum(np.maximum(t_f + t_bi - t_w, t_f), t_bi)
     dual = t_f + t_b + np.maximum(t_f, t_bi) - 2 * t_w
-    return np.select(
+    bubble = np.select(
         [schedule == S_INTERLEAVED, schedule == S_ZBH1, schedule == S_DUALPIPE, schedule == S_DUALPIPEV],
         [(p - 1) * full / vpp, (p - 1) * zb, (p / 2 - 1) * dual, (p - 1) * dual / 2],
         (p - 1) * full,
     )
+    # The DualPipe forms go negative when the weight-grad part outweighs forward and input-grad together
+    # (2W > F + B + max(F, B − W)); no pipeline finishes before its slowest rank has run its micro-batches.
+    return np.maximum(bubble, 0.0)

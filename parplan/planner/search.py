@@ -1,29 +1,58 @@
-"""`plan`: every valid layout of a model on a cluster, evaluated in numpy chunks, ranked.
+"""`plan`: every valid layout of a model on a cluster, ranked, by branch and bound over blocks of layouts.
 
-Exhaustive: the space is the cartesian product of every degree and setting the Strategy rules allow
-(tp, pp, cp, ep, etp, vpp with its schedule, zero, sp, recompute, every divisor of the per-replica batch as
-micro-batch, precision, TP overlap); nothing is sampled or pruned except by those rules and the user's
-restrictions. Each chunk goes through the same `evaluate_layouts` that `explain` uses.
+The space is the cartesian product of every degree and setting the Strategy rules allow (tp, pp, cp, ep, etp,
+vpp with its schedule, zero, sp, recompute, every divisor of the per-replica batch as micro-batch, precision,
+TP overlap, dispatch, EP overlap, redundant experts) under the user's restrictions; nothing is sampled. The
+search cuts it into blocks: a (tp, pp, cp) with one expert grid, schedule, micro-batch size, precision,
+redundancy and SP setting, inside which only the estimate.BOUND_FREE choices vary (zero, recompute, TP
+overlap, dispatch, EP overlap).
+
+1. Survey: every block's valid layouts are counted without building them (the Strategy rules evaluated over
+   a grid cell's axes broadcast against each other, then summed: _count_valid), and its step time is
+   bounded from below by estimate.compute_floor (the whole model's compute over the pipeline ranks).
+2. Cost, in the order of the floors: each bound is computed only where the cheaper one before it is within
+   the limit, the step time of the `keep`-th best layout found so far: estimate.step_time_bound (the
+   pipeline of compute alone), then estimate.time_options_bound (the pipeline with the least communication
+   the block allows); the blocks still within it are costed through the same `evaluate_layouts` that
+   `explain` uses (memory first; the time of those that fit and that no sibling provably beats,
+   _DOMINANCE). A block bounded above the limit cannot hold a better layout: it is proved no better without
+   being costed, and so is every block after the first whose floor is above it.
+Every bound is computed through the cost functions themselves and rests on invariants stated where it is
+computed and tested as properties (tests/test_bound.py). Cells and costing tasks are spread over the CPUs
+(forked workers) for large spaces. The answer is the exhaustive search's: tests compare it with a scalar brute
+force and with the search run without bounds.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import itertools
+import math
 import multiprocessing as mp
 import os
+import queue
+import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from parplan.errors import NoFeasiblePlanError
+from parplan.errors import ConfigError, NoFeasiblePlanError
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
-from parplan.planner.estimate import Estimate, evaluate_layouts, peak_memory_gib, required_memory_gib
+from parplan.planner.estimate import (
+    Estimate,
+    compute_floor,
+    evaluate_layouts,
+    peak_memory_gib,
+    required_memory_gib,
+    step_time_bound,
+    time_options_bound,
+)
 from parplan.planner.estimate import group_rows as _group_rows
 from parplan.planner.memory import required_gib as memory_required_gib
+from parplan.planner.recompute import recomputes_no_more
 from parplan.planner.strategy import (
     DISPATCHERS,
     PRECISIONS,
@@ -31,18 +60,49 @@ from parplan.planner.strategy import (
     RULES,
     SCHEDULES,
     Layouts,
+    p2p_overlap_default,
     scatter_gather_acts,
     valid_mask,
 )
 from parplan.planner.workload import UNIFORM, Workload
+from parplan.stacks.presets import load_stack
+from parplan.stacks.spec import StackSpec
+from parplan.stacks.support import restrict_space, stack_filter
 
 OBJECTIVES = ("throughput", "memory", "cost")
 CHUNK = 1 << 17
-"""Layouts per evaluated chunk: bounds peak memory (about 1 KiB of arrays per layout in flight)."""
+"""Layouts per costed batch: bounds peak memory (about 1 KiB of arrays per layout in flight)."""
+FIRST_TASK_BLOCKS = 64
+TASK_BLOCKS = 1 << 14
+"""Blocks per costing task: the first task is small, so that a limit exists early; they grow fourfold up to
+this (each task bounds its blocks in a few calls, whose fixed costs larger tasks amortise)."""
+SLACK = 1e-9
+"""Relative margin on every skip: a block is proved no better only when its bound exceeds the threshold by
+more than float rounding could account for."""
+PARALLEL_MIN = 1 << 25
+"""Below this many candidate layouts (before the rules), the search runs in-process: forking workers, and each
+evaluating its own share of the compute, costs more than it saves (llama3.1-405b on 16,384 GPUs, 2.6 M
+candidates, is faster in-process on 2 cores; DeepSeek-V3 on 2,048, 860 M, is not)."""
+MAX_GPUS = 1 << 20
+"""Clusters beyond this are refused up front: ten times the largest GPU clusters built by 2025 (about 100,000
+GPUs), and past what the grid enumeration is sized for."""
+MAX_BLOCKS = 1 << 25
+"""Searches over more blocks than this (seven times DeepSeek-V3's full space on 2,048 GPUs) are refused up
+front: counting and bounding every block takes about a microsecond each on one core."""
+MAX_LAYERS = 1024
+"""Models deeper than this are refused by the search: eight times the deepest published LLM (Llama 3.1 405B,
+126 layers); the interleaved schedule alone would offer ~layers·ln(layers) virtual-stage settings."""
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors of n in increasing order, by trial division up to √n."""
+    small, large = [], []
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+    return small + large[::-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +146,63 @@ class SearchSpace:
         return allowed is None or value in allowed
 
 
-def _grid(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: SearchSpace) -> Iterator[dict]:
-    """(tp, pp, cp) combinations with the lists of everything else that may go with them."""
+# ------------------------------------------------------------------------------------------------ blocks
+
+_AXES = ("cp", "expert", "schedule", "mbs", "precision", "redundant_experts", "sp",
+         "zero", "tp_overlap", "recompute", "dispatch", "ep_overlap")
+"""The axes of a grid cell's layouts: the first _BLOCK of them pick a block, the rest (estimate.BOUND_FREE)
+vary inside it. expert holds (ep, etp) pairs and schedule (schedule, vpp) pairs."""
+_BLOCK = 7
+_TIME_ONLY = ("tp_overlap", "dispatch", "ep_overlap")
+"""Inner axes that change the step time but not memory: a block's memory is computed once per layout with
+them at their base values (no TP overlap, alltoall, no EP overlap) and expanded after (_time_options)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Cell:
+    """One (tp, pp) of the grid and the values each axis takes with it (_AXES order). The values of an axis
+    may not all go together (an mbs that does not divide one cp's batch): the rules count those out."""
+
+    tp: int
+    pp: int
+    values: tuple[np.ndarray, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(v) for v in self.values)
+
+    @property
+    def block_shape(self) -> tuple[int, ...]:
+        return self.shape[:_BLOCK]
+
+
+def _pair_ok(tp: np.ndarray, sp: np.ndarray, tp_overlap: np.ndarray) -> np.ndarray:
+    """The search's own rule on SP and TP overlap: both are moot at tp = 1 (Strategy normalises them off,
+    so only the off setting is searched), and overlap needs SP."""
+    return ((tp > 1) | ~(sp | tp_overlap)) & (sp | ~tp_overlap)
+
+
+def _inner(model: ModelSpec, space: SearchSpace) -> tuple[np.ndarray, ...]:
+    """The values of the inner axes (_AXES after _BLOCK), the same in every cell."""
+    moe = model.moe is not None
+    return (np.array(space.zero, dtype=np.int64), np.array(space.tp_overlap, dtype=bool),
+            np.array([RECOMPUTE.index(r) for r in space.recompute], dtype=np.int8),
+            np.array([DISPATCHERS.index(d) for d in space.dispatch] if moe else [0], dtype=np.int8),
+            np.array(space.ep_overlap if moe else (False,), dtype=bool))
+
+
+def _grid(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: SearchSpace) -> Iterator[_Cell]:
+    """Every (tp, pp) with the values each other axis may take with it (cp first: a cell holds every cp, so
+    that the rules are evaluated over many layouts at once)."""
     g = cluster.gpus
     moe = model.moe
     dom = cluster.scaleup_domain
-    for tp in _divisors(g):
+    inner = _inner(model, space)
+    precision = np.array([PRECISIONS.index(p) for p in space.precision], dtype=np.int8)
+    redundant = np.array(space.redundant_experts if moe else (0,), dtype=np.int64)
+    sps = np.array(sorted(set(space.sp)), dtype=bool)
+    divisors = _divisors(g)
+    for tp in divisors:
         if not space.allows("tp", tp) or model.attention.kv_heads % tp or model.attention.heads % tp:
             continue
         if space.tp is None and space.tp_in_domain and tp > dom:
@@ -99,78 +210,140 @@ def _grid(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: Sea
         for pp in _divisors(g // tp):
             if not space.allows("pp", pp) or pp > model.layers:
                 continue
-            for cp in _divisors(g // (tp * pp)):
-                if not space.allows("cp", cp) or (cp > 1 and seq % (2 * cp)):
-                    continue
-                dp = g // (tp * pp * cp)
-                if gbs % dp:
-                    continue
-                per_stage = g // pp
-                eps = [1] if moe is None else [e for e in _divisors(moe.experts) if space.allows("ep", e)]
-                etps = [1] if moe is None else [x for x in _divisors(moe.expert_ffn) if space.allows("etp", x)
-                                                and (space.etp is not None or not space.tp_in_domain or x <= dom)]
-                expert = [(e, x) for e in eps for x in etps if per_stage % (e * x) == 0]
-                mbs = [b for b in _divisors(gbs // dp) if space.allows("mbs", b)]
-                sched = []
-                for s in space.schedule:
-                    if s == "1f1b":
-                        sched.append((s, 1))
-                    elif pp > 1 and s == "interleaved":
-                        sched += [(s, v) for v in range(2, model.layers // pp + 1)]
-                    elif pp > 1 and s == "dualpipev" and 2 * pp <= model.layers:
-                        sched.append((s, 2))
-                    elif pp > 1 and s in ("zb-h1", "dualpipe"):
-                        sched.append((s, 1))
-                sched = [(s, v) for s, v in sched if space.allows("vpp", v)]
-                if not (expert and mbs and sched):
-                    continue
-                yield {"tp": tp, "pp": pp, "cp": cp, "expert": expert, "mbs": mbs, "sched": sched,
-                       "moe": moe is not None}
+            cps = [cp for cp in _divisors(g // (tp * pp)) if space.allows("cp", cp)
+                   and not (cp > 1 and seq % (2 * cp)) and gbs % (g // (tp * pp * cp)) == 0]
+            per_stage = g // pp
+            eps = [1] if moe is None else [e for e in _divisors(moe.experts) if space.allows("ep", e)]
+            etps = [1] if moe is None else [x for x in _divisors(moe.expert_ffn) if space.allows("etp", x)
+                                            and (space.etp is not None or not space.tp_in_domain or x <= dom)]
+            expert = [(e, x) for e in eps for x in etps if per_stage % (e * x) == 0]
+            mbs = sorted({b for cp in cps for b in _divisors(gbs // (g // (tp * pp * cp))) if space.allows("mbs", b)})
+            sched = []
+            for s in space.schedule:
+                code = SCHEDULES.index(s)
+                if s == "1f1b":
+                    sched.append((code, 1))
+                elif pp > 1 and s == "interleaved":
+                    sched += [(code, v) for v in range(2, model.layers // pp + 1)]
+                elif pp > 1 and s == "dualpipev" and 2 * pp <= model.layers:
+                    sched.append((code, 2))
+                elif pp > 1 and s in ("zb-h1", "dualpipe"):
+                    sched.append((code, 1))
+            sched = [(s, v) for s, v in sched if space.allows("vpp", v)]
+            if not (cps and expert and mbs and sched):
+                continue
+            values = (np.array(cps, dtype=np.int64), np.array(expert, dtype=np.int64).reshape(-1, 2),
+                      np.array(sched, dtype=np.int64), np.array(mbs, dtype=np.int64), precision, redundant, sps,
+                      *inner)
+            yield _Cell(tp, pp, values)
 
 
-def _axes(cell: dict, space: SearchSpace) -> tuple[list[np.ndarray], list[tuple[bool, bool]]]:
-    """The independent choices of one grid cell that memory depends on; SP and TP overlap form one axis of
-    allowed pairs (overlap needs SP, and both are moot at tp = 1); MoE-only choices collapse for dense
-    models. The time-only choices (dispatch, ep_overlap) are added after the memory check, by _time_options."""
-    tp = cell["tp"]
-    pairs = [(s, o) for s in space.sp for o in space.tp_overlap if (tp > 1 or not (s or o)) and (s or not o)]
-    redundant = space.redundant_experts if cell["moe"] else (0,)
-    return [
-        np.arange(len(cell["expert"])), np.arange(len(cell["sched"])), np.array(space.zero, dtype=np.int64),
-        np.arange(len(pairs)), np.array([RECOMPUTE.index(r) for r in space.recompute], dtype=np.int8),
-        np.array(cell["mbs"], dtype=np.int64), np.array([PRECISIONS.index(p) for p in space.precision], dtype=np.int8),
-        np.array(redundant, dtype=np.int64),
-    ], pairs
+def _broadcast(cell: _Cell, gbs: int, seq: int, space: SearchSpace) -> Layouts:
+    """The cell's layouts as one Layouts whose fields broadcast against each other: each field varies along
+    its own axis only, so an elementwise rule evaluates to an array over just the axes it reads."""
+    dims = len(_AXES)
+
+    def along(axis: str, values: np.ndarray) -> np.ndarray:
+        shape = [1] * dims
+        shape[_AXES.index(axis)] = len(values)
+        return values.reshape(shape)
+
+    def const(value: object, dtype: type = np.int64) -> np.ndarray:
+        return np.full((1,) * dims, value, dtype=dtype)
+
+    v = dict(zip(_AXES, cell.values, strict=True))
+    sp = along("sp", v["sp"])
+    return Layouts(
+        tp=const(cell.tp), pp=const(cell.pp), cp=along("cp", v["cp"]), ep=along("expert", v["expert"][:, 0]),
+        etp=along("expert", v["expert"][:, 1]), vpp=along("schedule", v["schedule"][:, 1]),
+        zero=along("zero", v["zero"]), mbs=along("mbs", v["mbs"]), gbs=const(gbs), seq=const(seq), sp=sp,
+        recompute=along("recompute", v["recompute"]), recompute_blocks=const(1.0, float), dp_replicate=const(1),
+        schedule=along("schedule", v["schedule"][:, 0].astype(np.int8)),
+        precision=along("precision", v["precision"]), flash_attention=const(True, bool),
+        tp_overlap=along("tp_overlap", v["tp_overlap"]), dispatch=along("dispatch", v["dispatch"]),
+        redundant_experts=along("redundant_experts", v["redundant_experts"]),
+        ep_overlap=along("ep_overlap", v["ep_overlap"]),
+        p2p_overlap=p2p_overlap_default(cell.pp, along("schedule", v["schedule"][:, 0])),
+        pp_scatter_gather=space.pp_scatter_gather & scatter_gather_acts(cell.tp, cell.pp, sp),
+    )
 
 
-def _cell_size(cell: dict, space: SearchSpace) -> int:
-    axes, _ = _axes(cell, space)
-    return int(np.prod([len(a) for a in axes]))
+def _count_valid(factors: list[np.ndarray], shape: tuple[int, ...], keep: int) -> np.ndarray:
+    """How many combinations of the trailing axes pass every factor, per combination of the first `keep` axes.
+
+    Each factor is a boolean array broadcastable to `shape` (a rule over just the axes it reads). The trailing
+    axes are summed out one at a time (variable elimination), each after multiplying only the factors that
+    read it, so a cell's layouts are counted without being built."""
+    fs: list[np.ndarray] = []
+    for f in factors:
+        f = np.asarray(f, dtype=bool)
+        if f.ndim == 0:
+            if not f:
+                return np.zeros(shape[:keep], dtype=np.int64)
+            continue
+        fs.append(f)
+    free = 1  # combinations of the axes no factor reads
+    # The last axes first: the time-only ones, read by few rules (and those mostly over few other axes).
+    for axis in range(len(shape) - 1, keep - 1, -1):
+        touching = [f for f in fs if f.shape[axis] > 1]
+        if not touching:
+            free *= shape[axis]
+            continue
+        # Boolean factors combine with AND; once an axis is summed out, they are counts (int32: a block
+        # holds at most the product of its inner axes, a few hundred layouts).
+        product = touching[0]
+        for f in touching[1:]:
+            product = product & f if product.dtype == f.dtype == bool else product * f
+        fs = [f for f in fs if f.shape[axis] == 1] + [product.sum(axis=axis, keepdims=True, dtype=np.int32)]
+    counts = np.full((1,) * len(shape), free, dtype=np.int64)
+    for f in fs:
+        counts = counts * f
+    return np.broadcast_to(counts, shape[:keep] + (1,) * (len(shape) - keep)).reshape(shape[:keep])
 
 
-def _expand(cell: dict, gbs: int, seq: int, space: SearchSpace) -> dict[str, np.ndarray]:
-    """Cartesian product of one grid cell's choices as flat arrays."""
-    axes, pairs = _axes(cell, space)
-    e_idx, s_idx, zero, pair, rc, mbs, prec, redundant = (
-        a.ravel() for a in np.meshgrid(*axes, indexing="ij"))
-    expert = np.array(cell["expert"], dtype=np.int64)
-    codes = np.array([SCHEDULES.index(s) for s, _ in cell["sched"]], dtype=np.int8)
-    vpps = np.array([v for _, v in cell["sched"]], dtype=np.int64)
-    sp_ovl = np.array(pairs, dtype=bool).reshape(-1, 2)
-    n = len(zero)
+def _cell_counts(cell: _Cell, model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: SearchSpace,
+                 layout_filter: Callable[[Layouts], np.ndarray] | None) -> np.ndarray:
+    """Valid layouts (Strategy rules, the SP/overlap pairing, the layout filter) per block of the cell."""
+    lay = _broadcast(cell, gbs, seq, space)
+    factors = [rule.ok(lay, model, cluster) for rule in RULES] + [_pair_ok(lay.tp, lay.sp, lay.tp_overlap)]
+    if layout_filter is not None:
+        factors.append(layout_filter(lay))
+    return _count_valid(factors, cell.shape, _BLOCK)
+
+
+def _block_fields(cell: _Cell, flat: np.ndarray, gbs: int, seq: int, space: SearchSpace) -> dict[str, np.ndarray]:
+    """The fields fixed by each of the cell's blocks `flat` (indices into its block grid)."""
+    c, e, s, b, x, r, p = (cell.values[i][j] for i, j in enumerate(np.unravel_index(flat, cell.block_shape)))
+    n = len(flat)
 
     def full(value: object, dtype: type = np.int64) -> np.ndarray:
         return np.full(n, value, dtype=dtype)
 
-    return {
-        "tp": full(cell["tp"]), "pp": full(cell["pp"]), "cp": full(cell["cp"]), "ep": expert[e_idx, 0],
-        "etp": expert[e_idx, 1], "vpp": vpps[s_idx], "zero": zero, "mbs": mbs, "gbs": full(gbs), "seq": full(seq),
-        "sp": sp_ovl[pair, 0], "recompute": rc, "schedule": codes[s_idx], "precision": prec,
-        "flash_attention": full(True, bool), "tp_overlap": sp_ovl[pair, 1], "dispatch": full(0, np.int8),
-        "redundant_experts": redundant, "ep_overlap": full(False, bool),
-        "p2p_overlap": full(True, bool),
-        "pp_scatter_gather": space.pp_scatter_gather & scatter_gather_acts(cell["tp"], cell["pp"], sp_ovl[pair, 0]),
-    }
+    return {"tp": full(cell.tp), "pp": full(cell.pp), "cp": c, "ep": e[:, 0], "etp": e[:, 1],
+            "vpp": s[:, 1], "schedule": s[:, 0].astype(np.int8), "mbs": b, "gbs": full(gbs), "seq": full(seq),
+            "precision": x, "redundant_experts": r, "sp": p, "flash_attention": full(True, bool),
+            "recompute_blocks": full(1.0, float), "dp_replicate": full(1),
+            "p2p_overlap": p2p_overlap_default(cell.pp, s[:, 0]),
+            "pp_scatter_gather": space.pp_scatter_gather & scatter_gather_acts(cell.tp, cell.pp, p)}
+
+
+def _expand(reps: Layouts, model: ModelSpec, space: SearchSpace) -> tuple[Layouts, np.ndarray]:
+    """Every layout of the blocks `reps` stand for (one representative each) over the inner axes that memory
+    reads, the time-only ones at their base values, and each layout's block (its index in `reps`); the
+    Strategy rules are not applied yet."""
+    values = dict(zip(_AXES[_BLOCK:], _inner(model, space), strict=True))
+    axes = [a for a in _AXES[_BLOCK:] if a not in _TIME_ONLY]
+    grids = [g.ravel() for g in np.meshgrid(*[np.arange(len(values[a])) for a in axes], indexing="ij")]
+    k = len(grids[0])
+    owner = np.repeat(np.arange(len(reps)), k)
+    lay = dataclasses.replace(reps.take(owner), **{a: np.tile(values[a][g], len(reps)) for a, g in
+                                                   zip(axes, grids, strict=True)})
+    return lay, owner
+
+
+def _valid(lay: Layouts, model: ModelSpec, cluster: ClusterSpec) -> np.ndarray:
+    """Rows of expanded layouts that pass the Strategy rules and the SP/overlap pairing."""
+    return np.flatnonzero(valid_mask(lay, model, cluster) & _pair_ok(lay.tp, lay.sp, lay.tp_overlap))
 
 
 _TIME_ONLY_RULES = tuple(r for r in RULES if r.time_only)
@@ -179,156 +352,317 @@ _TIME_ONLY_RULES = tuple(r for r in RULES if r.time_only)
 
 def _time_options(lay: Layouts, model: ModelSpec, cluster: ClusterSpec, space: SearchSpace
                   ) -> tuple[Layouts, np.ndarray]:
-    """Every valid combination of `lay` with the space's time-only choices, and each row's source index.
-
-    dispatch and ep_overlap change the step time but not the memory: a search computes each layout's memory
-    once with their base values (alltoall, no overlap) and expands it here."""
-    if model.moe is None:
-        return lay, np.arange(len(lay))
+    """Every valid combination of `lay` with the space's time-only choices (_TIME_ONLY), and each row's source
+    index: a search computes each layout's memory once with their base values and expands it here."""
     n = len(lay)
-    options = np.array([(DISPATCHERS.index(d), o) for d in space.dispatch for o in space.ep_overlap],
-                       dtype=np.int64).reshape(-1, 2)
-    ok = np.stack([valid_mask(dataclasses.replace(lay, dispatch=np.full(n, d, np.int8),
-                                                  ep_overlap=np.full(n, bool(o))),
-                              model, cluster, _TIME_ONLY_RULES) for d, o in options], axis=1)
-    parent, option = np.nonzero(ok)
-    wide = dataclasses.replace(lay.take(parent), dispatch=options[option, 0].astype(np.int8),
-                               ep_overlap=options[option, 1].astype(bool))
+    dispatch = [DISPATCHERS.index(d) for d in space.dispatch] if model.moe else [0]
+    options = np.array([(t, d, o) for t in space.tp_overlap for d in dispatch
+                        for o in (space.ep_overlap if model.moe else (False,))], dtype=np.int64).reshape(-1, 3)
+    ok = []
+    for t, d, o in options:
+        option = dataclasses.replace(lay, tp_overlap=np.full(n, bool(t)), dispatch=np.full(n, d, np.int8),
+                                     ep_overlap=np.full(n, bool(o)))
+        ok.append(valid_mask(option, model, cluster, _TIME_ONLY_RULES)
+                  & _pair_ok(option.tp, option.sp, option.tp_overlap))
+    parent, option = np.nonzero(np.stack(ok, axis=1))
+    wide = dataclasses.replace(lay.take(parent), tp_overlap=options[option, 0].astype(bool),
+                               dispatch=options[option, 1].astype(np.int8), ep_overlap=options[option, 2].astype(bool))
     return wide, parent
 
 
 def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: SearchSpace,
-                      chunk: int = CHUNK, cells: list[dict] | None = None) -> Iterator[Layouts]:
-    """Every layout of the space (or of the given grid `cells`) that passes the Strategy rules, with the
-    time-only fields at their base values (see _time_options), in chunks of at most `chunk`."""
-    buffer: list[dict[str, np.ndarray]] = []
+                      chunk: int = CHUNK) -> Iterator[Layouts]:
+    """Every layout of the space that passes the Strategy rules, with the time-only fields (_TIME_ONLY) at
+    their base values (off, alltoall, off), which carry the memory of every setting of them; in chunks of at
+    most `chunk`, built block by block as the search builds them."""
+    cells = list(_grid(model, cluster, gbs, seq, space))
+    pending: list[Layouts] = []
     size = 0
+    for cell in cells:
+        blocks = math.prod(cell.block_shape)
+        step = max(1, chunk // math.prod(cell.shape[_BLOCK:]))
+        for lo in range(0, blocks, step):
+            flat = np.arange(lo, min(lo + step, blocks))
+            lay, _ = _expand(_representatives(_block_fields(cell, flat, gbs, seq, space)), model, space)
+            pending.append(lay.take(_valid(lay, model, cluster)))
+            size += len(pending[-1])
+            while size >= chunk:
+                merged = _concat_all(pending)
+                yield merged.take(np.arange(chunk))
+                pending = [merged.take(np.arange(chunk, len(merged)))]
+                size = len(pending[0])
+    if size:
+        yield _concat_all(pending)
 
-    def valid(blocks: list[dict[str, np.ndarray]]) -> Layouts:
-        lay = Layouts(**{k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]})
-        return lay.take(np.flatnonzero(valid_mask(lay, model, cluster)))
 
-    pending: Layouts | None = None
-    for cell in (cells if cells is not None else _grid(model, cluster, gbs, seq, space)):
-        block = _expand(cell, gbs, seq, space)
-        buffer.append(block)
-        size += len(block["tp"])
-        if size < chunk:
-            continue
-        lay = valid(buffer)
-        buffer, size = [], 0
-        pending = lay if pending is None else _concat(pending, lay)
-        while len(pending) >= chunk:
-            yield pending.take(np.arange(chunk))
-            pending = pending.take(np.arange(chunk, len(pending)))
-    if buffer:
-        lay = valid(buffer)
-        pending = lay if pending is None else _concat(pending, lay)
-    if pending is not None and len(pending):
-        yield pending
-
+# ------------------------------------------------------------------------------------------------ result
 
 @dataclass(frozen=True, slots=True)
 class PlanResult:
     plans: list[Estimate]
     """Best layouts first."""
     evaluated: int
-    """Valid layouts evaluated."""
+    """Valid layouts settled: costed, or proved no better by a bound. All of the space's valid layouts when
+    the search is complete."""
     feasible: int
-    """Of those, how many fit in memory."""
+    """Of the costed layouts, how many fit in memory."""
     search_seconds: float
     least_memory: Estimate | None = None
     """The layout needing the least memory (the closest to fitting) when nothing fits."""
+    skipped: int = 0
+    """Of the settled layouts, those proved no better without being costed (their block's step-time bound
+    exceeds the step time of the plans found)."""
+    left: int = 0
+    """Valid layouts neither costed nor proved when the deadline stopped the search (0: complete)."""
     extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        """Every valid layout was costed or proved no better: the plans are the exhaustive search's."""
+        return self.left == 0
+
+    @property
+    def costed(self) -> int:
+        """Layouts whose memory (and, where they fit, time) was computed."""
+        return self.evaluated - self.skipped
+
+
+@dataclass(frozen=True, slots=True)
+class _Survey:
+    """Valid blocks of some cells: cell index, index in the cell's block grid, valid layouts, step bound."""
+
+    cell: np.ndarray
+    flat: np.ndarray
+    count: np.ndarray
+    bound: np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
 class _Partial:
-    """What one batch of grid cells contributes to a search."""
+    """What costing some blocks contributes to a search."""
 
-    evaluated: int
-    feasible: int
+    blocks: np.ndarray
+    """Positions (in the search's bound order) of the blocks reached."""
+    tight: np.ndarray
+    """Per block reached: its best bound beyond the survey's floor (_refine, then _tighten where that was
+    within the limit)."""
+    costed: np.ndarray
+    """Per costed block: layouts costed (its valid layouts)."""
+    feasible: np.ndarray
+    faster: np.ndarray
+    """Per costed block: fitting layouts faster than the search's reference throughput (0 without one)."""
     least_required: float
     least: Layouts | None
     top: Layouts | None
     score: np.ndarray
     required: np.ndarray
-    faster: int
-    """Fitting layouts faster than the search's reference throughput (0 without one)."""
 
 
 _STATE: dict[str, object] = {}
-"""The search a forked worker runs (inherited at fork; only the small _Partial results travel back)."""
+"""The search a forked worker runs (inherited at fork; only small arrays travel back and forth)."""
 
 
-def _run_batch(index: int) -> _Partial:
+def _representatives(fields: dict[str, np.ndarray]) -> Layouts:
+    """One layout per block (its fields), the inner choices at their base values: what the bounds read."""
+    n = len(fields["tp"])
+    return Layouts(**fields, zero=np.zeros(n, np.int64), recompute=np.zeros(n, np.int8), tp_overlap=np.zeros(n, bool),
+                   dispatch=np.zeros(n, np.int8), ep_overlap=np.zeros(n, bool))
+
+
+def _survey(cell_ids: list[int]) -> _Survey:
+    """Count every block of the given cells and bound the step time of those with a valid layout by
+    estimate.compute_floor, which does not read the schedule: it is computed once per block with the schedule
+    axis left out, in one call for all the cells (blocks sharing their compute share its evaluation)."""
     st = _STATE
-    model, cluster, space = st["model"], st["cluster"], st["space"]
-    cap, keep, layout_filter, chunk = st["cap"], st["keep"], st["filter"], st["chunk"]
-    workload = st["workload"]
-    evaluated = feasible = faster = 0
-    reference = st["reference"]
+    model, cluster, space, cells = st["model"], st["cluster"], st["space"], st["cells"]
+    gbs, seq = st["gbs"], st["seq"]
+    owner, flats, counts, rep_of, reps = [], [], [], [], []
+    s_axis = _AXES.index("schedule")
+    start = 0
+    for c in cell_ids:
+        cell = cells[c]
+        n = _cell_counts(cell, model, cluster, gbs, seq, space, st["filter"]).ravel()
+        flat = np.flatnonzero(n)
+        owner.append(np.full(len(flat), c, dtype=np.int64))
+        flats.append(flat)
+        counts.append(n[flat])
+        # One representative per block with the schedule at its first value: the floor's inputs.
+        index = list(np.unravel_index(flat, cell.block_shape))
+        index[s_axis] = np.zeros_like(index[s_axis])
+        rep = np.ravel_multi_index(index, cell.block_shape)
+        used = np.zeros(math.prod(cell.block_shape), dtype=bool)
+        used[rep] = True
+        first = np.flatnonzero(used)
+        reps.append(_block_fields(cell, first, gbs, seq, space))
+        rep_of.append(start + (np.cumsum(used) - 1)[rep])
+        start += len(first)
+    if not flats:
+        return _Survey(*(np.empty(0, dtype) for dtype in (np.int64, np.int64, np.int64, float)))
+    lay = _representatives({name: np.concatenate([f[name] for f in reps]) for name in reps[0]})
+    floor = (compute_floor(model, cluster, lay, st["workload"], st["stack"]) if st["bound"] and len(lay)
+             else np.zeros(len(lay)))
+    return _Survey(np.concatenate(owner), np.concatenate(flats), np.concatenate(counts),
+                   floor[np.concatenate(rep_of)])
+
+
+def _refine(reps: Layouts) -> np.ndarray:
+    """estimate.step_time_bound of the blocks `reps` stand for: the pipeline of their compute alone."""
+    st = _STATE
+    return step_time_bound(st["model"], st["cluster"], reps, st["workload"], st["stack"])
+
+
+def _tighten(reps: Layouts) -> np.ndarray:
+    """estimate.time_options_bound of the blocks `reps` stand for: their step-time bound with communication,
+    the least over the time-only settings (_TIME_ONLY) each block may take."""
+    st = _STATE
+    options, owner = _time_options(reps, st["model"], st["cluster"], st["space"])
+    return time_options_bound(st["model"], st["cluster"], reps, options, owner, st["workload"], st["stack"])
+
+
+def _fields_of(cells: list[_Cell], cell_of: np.ndarray, flat: np.ndarray, gbs: int, seq: int, space: SearchSpace
+               ) -> dict[str, np.ndarray]:
+    """_block_fields of blocks from several cells, in the order given."""
+    out: dict[str, np.ndarray] = {}
+    order = np.argsort(cell_of, kind="stable")
+    for part in np.split(order, np.flatnonzero(np.diff(cell_of[order])) + 1):
+        for name, v in _block_fields(cells[int(cell_of[part[0]])], flat[part], gbs, seq, space).items():
+            out.setdefault(name, np.empty(len(flat), dtype=v.dtype))[part] = v
+    return out
+
+
+def _cost(task: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]) -> _Partial:
+    """Cost the blocks of one task (positions, cells, block indices, floors, valid layouts) that no bound
+    proves slower than the step-time limit. Each bound is computed only where the cheaper one before it is
+    within the limit: the survey's floor, then the pipeline of compute alone (_refine), then the pipeline with
+    communication (_tighten); then, in batches of about `chunk` layouts, memory for every valid layout and
+    time for those that fit and that no sibling beats. The limit tightens as the task finds layouts."""
+    positions, cell_of, flat, floor, count, limit = task
+    st = _STATE
+    keep = st["keep"]
+    go = np.flatnonzero(floor <= limit * (1 + SLACK))
+    positions, cell_of, flat, count = positions[go], cell_of[go], flat[go], count[go]
+    n = len(positions)
+    if not n:
+        return _Partial(positions, np.empty(0), *(np.empty(0, np.int64) for _ in range(3)), np.inf, None, None,
+                        np.empty(0), np.empty(0))
+    reps = _representatives(_fields_of(st["cells"], cell_of, flat, st["gbs"], st["seq"], st["space"]))
+    tight = np.full(n, -np.inf)
+    if st["bound"]:
+        tight = _refine(reps)
+        within = np.flatnonzero(tight <= limit * (1 + SLACK))
+        if len(within):
+            tight[within] = np.maximum(tight[within], _tighten(reps.take(within)))
+    costed, feasible, faster = (np.zeros(n, dtype=np.int64) for _ in range(3))
+    least: tuple[float, Layouts] | None = None
+    top: tuple[Layouts, np.ndarray, np.ndarray] | None = None
+    todo = np.flatnonzero(tight <= limit * (1 + SLACK))
+    while len(todo):
+        take = max(1, int(np.searchsorted(np.cumsum(count[todo]), st["chunk"], "right")))
+        batch, todo = todo[:take], todo[take:]
+        if st["bound"] and top is not None and len(top[1]) >= keep:
+            # The task's own keep-th best is no better than the search's, so this limit is never below the
+            # final one: a block skipped here is proved no better there too.
+            limit = min(limit, max(st["tokens_per_gpu"] / float(top[1][-1]), st["reference_step"]))
+        batch = batch[tight[batch] <= limit * (1 + SLACK)]
+        if not len(batch):
+            continue
+        part = _cost_blocks(reps.take(batch))
+        costed[batch], feasible[batch], faster[batch] = part.costed, part.feasible, part.faster
+        if part.least is not None and (least is None or part.least_required < least[0]):
+            least = (part.least_required, part.least)
+        if part.top is not None:
+            top = (_top(top[0], top[1], top[2], part.top, part.score, part.required, keep) if top
+                   else (part.top, part.score, part.required))
+    return _Partial(positions, tight, costed, feasible, faster, least[0] if least else np.inf,
+                    least[1] if least else None, *(top if top else (None, np.empty(0), np.empty(0))))
+
+
+def _cost_blocks(reps: Layouts) -> _Partial:
+    """Memory for every valid layout of the blocks `reps` stand for, time for those that fit and no sibling
+    beats."""
+    st = _STATE
+    model, cluster, space, workload, stack = st["model"], st["cluster"], st["space"], st["workload"], st["stack"]
+    keep, layout_filter, reference = st["keep"], st["filter"], st["reference"]
+    n = len(reps)
+    lay, owner = _expand(reps, model, space)
+    rows = _valid(lay, model, cluster)
+    lay, owner = lay.take(rows), owner[rows]
+    # Memory first: a layout that cannot fit needs no step time.
+    base_peak = peak_memory_gib(model, cluster, lay, workload, stack)
+    lay, parent = _time_options(lay, model, cluster, space)
+    peak, owner = base_peak[parent], owner[parent]
+    if layout_filter is not None:
+        rows = np.flatnonzero(layout_filter(lay))
+        lay, peak, owner = lay.take(rows), peak[rows], owner[rows]
+    required = memory_required_gib(peak)
     least_req, least = np.inf, None
-    top: Layouts | None = None
-    score = required_top = np.empty(0)
-    for lay in enumerate_layouts(model, cluster, st["gbs"], st["seq"], space, chunk=chunk,
-                                 cells=st["batches"][index]):
-        # Memory first: a layout that cannot fit needs no step time.
-        base_peak = peak_memory_gib(model, cluster, lay, workload)
-        lay, parent = _time_options(lay, model, cluster, space)
-        peak = base_peak[parent]
-        if layout_filter is not None:
-            keep_rows = np.flatnonzero(layout_filter(lay))
-            lay, peak = lay.take(keep_rows), peak[keep_rows]
-        required = memory_required_gib(peak)
-        if not len(lay):
-            continue
-        evaluated += len(lay)
+    if len(lay):
         i = int(np.argmin(required))
-        if required[i] < least_req:
-            least_req, least = float(required[i]), lay.take(np.array([i]))
-        fitting = np.flatnonzero(required <= cap)
-        feasible += len(fitting)
-        if not len(fitting):
-            continue
-        if st["prune"]:
-            fitting = fitting[_undominated(lay.take(fitting))]
+        least_req, least = float(required[i]), lay.take(np.array([i]))
+    fitting = np.flatnonzero(required <= st["cap"])
+    feasible = np.bincount(owner[fitting], minlength=n)
+    faster = np.zeros(n, dtype=np.int64)
+    top, score, required_top = None, np.empty(0), np.empty(0)
+    if st["prune"] and len(fitting):
+        fitting = fitting[_undominated(lay.take(fitting), st["dominance"])]
+    if len(fitting):
         ev = evaluate_layouts(model, cluster, lay.take(fitting), breakdown=False, workload=workload,
-                              peak_gib=peak[fitting])
+                              peak_gib=peak[fitting], stack=stack)
         if reference is not None:
-            faster += int(np.count_nonzero(ev.tokens_per_s_per_gpu > reference * (1 + 1e-9)))
+            faster = np.bincount(owner[fitting][ev.tokens_per_s_per_gpu > reference * (1 + SLACK)], minlength=n)
         order = np.argsort(-ev.tokens_per_s_per_gpu, kind="stable")[:keep]
-        top, score, required_top = _top(top, score, required_top, ev.layouts.take(order),
+        top, score, required_top = _top(None, score, required_top, ev.layouts.take(order),
                                         ev.tokens_per_s_per_gpu[order], ev.required_gib[order], keep)
-    return _Partial(evaluated, feasible, least_req, least, top, score, required_top, faster)
+    return _Partial(np.arange(n), np.full(n, -np.inf), np.bincount(owner, minlength=n), feasible, faster, least_req,
+                    least, top, score, required_top)
 
 
-_ALLTOALL, _DEEPEP_FP8 = DISPATCHERS.index("alltoall"), DISPATCHERS.index("deepep-fp8")
-_DOMINANCE: tuple[tuple[str, Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]], ...] = (
-    # A lighter recompute setting only removes recomputed forward work (estimate.py adds it, nothing else);
-    # among layouts that fit, the lighter one is never slower.
-    ("recompute", lambda x: x, np.zeros_like),
-    # EP overlap only widens the window the all-to-all hides behind (comm.ep_layer), and an fp8 DeepEP
-    # dispatch only shrinks DeepEP's forward dispatch bytes: the sibling with either on is never slower.
-    ("ep_overlap", lambda x: ~x, np.zeros_like),
-    ("dispatch", lambda x: x != _DEEPEP_FP8, lambda x: x == _ALLTOALL),
-)
-"""(field, rank, class): within a class, a lower rank is never slower, every other field held equal."""
+_DOMINANCE = ("recompute", "ep_overlap", "dispatch")
+"""The inner fields whose values dominate each other (_dominance): every other field held equal, a sibling
+with the dominating value is never slower."""
 
 
-def _undominated(lay: Layouts) -> np.ndarray:
-    """Indices of the layouts (all fitting) that no sibling beats by a dominance rule above: ranking for
-    throughput needs no step time for them, and the best layout is unchanged."""
+def _recompute_beats(model: ModelSpec, stack: StackSpec) -> np.ndarray:
+    """beats[a, b] over the recompute names (strategy.RECOMPUTE codes): in `stack`, name a re-runs no more than
+    name b in any layer (recompute.recomputes_no_more), so that, the rest held equal, a is never slower
+    (estimate.py adds what recompute re-runs to the backward, nothing else). Two names the stack makes the same
+    kind: the lower code beats the higher, so that the relation stays a strict order."""
+    n = len(RECOMPUTE)
+    beats = np.zeros((n, n), dtype=bool)
+    for a, b in itertools.permutations(range(n), 2):
+        name_a, name_b = RECOMPUTE[a], RECOMPUTE[b]
+        if name_a not in stack.recompute or name_b not in stack.recompute:
+            continue
+        kind_a, kind_b = stack.recompute[name_a], stack.recompute[name_b]
+        if recomputes_no_more(model, kind_a, kind_b):
+            beats[a, b] = a < b or not recomputes_no_more(model, kind_b, kind_a)
+    return beats
+
+
+def _dominance(model: ModelSpec, stack: StackSpec) -> tuple[tuple[str, np.ndarray], ...]:
+    """(field, dominators) per _DOMINANCE field: dominators[b] is the bit mask of the values that beat value b.
+    EP overlap only widens the window the all-to-all hides behind (comm.ep_layer), and an fp8 DeepEP dispatch
+    only shrinks DeepEP's forward dispatch bytes: the sibling with either on is never slower."""
+    dispatch = np.zeros((len(DISPATCHERS),) * 2, dtype=bool)
+    dispatch[DISPATCHERS.index("deepep-fp8"), DISPATCHERS.index("deepep")] = True
+    beats = {"recompute": _recompute_beats(model, stack), "ep_overlap": np.array([[False, False], [True, False]]),
+             "dispatch": dispatch}
+    weights = {name: 1 << np.arange(len(b), dtype=np.int64) for name, b in beats.items()}
+    return tuple((name, (beats[name] * weights[name][:, None]).sum(axis=0)) for name in _DOMINANCE)
+
+
+def _undominated(lay: Layouts, dominance: tuple[tuple[str, np.ndarray], ...]) -> np.ndarray:
+    """Indices of the layouts (all fitting) that no kept sibling beats by a dominance rule (_dominance):
+    ranking for throughput needs no step time for them, and the best layout is unchanged (each one dropped has
+    a kept sibling, or a chain of them, never slower: every rule is a strict order)."""
     keep = np.ones(len(lay), dtype=bool)
     names = [f.name for f in dataclasses.fields(Layouts)]
-    worst = np.iinfo(np.int64).max
-    for name, rank, cls in _DOMINANCE:
-        values = getattr(lay, name)
-        _, group = _group_rows([getattr(lay, n) for n in names if n != name] + [cls(values)])
-        r = rank(values).astype(np.int64)
-        best = np.full(group.max() + 1, worst)
-        np.minimum.at(best, group, np.where(keep, r, worst))
-        keep &= r <= best[group]
+    for name, dominators in dominance:
+        values = getattr(lay, name).astype(np.int64)
+        _, group = _group_rows([getattr(lay, n) for n in names if n != name])
+        present = np.zeros(group.max() + 1, dtype=np.int64)
+        np.bitwise_or.at(present, group[keep], 1 << values[keep])
+        keep &= (present[group] & dominators[values]) == 0
     return np.flatnonzero(keep)
 
 
@@ -342,82 +676,237 @@ def _top(top: Layouts | None, score: np.ndarray, required: np.ndarray, lay: Layo
     return top.take(rank), score[rank], required[rank]
 
 
-def _batches(cells: list[dict], space: SearchSpace, parts: int) -> list[list[dict]]:
-    """Split grid cells into `parts` batches of about equal size (largest cells first, greedily)."""
-    sizes = [_cell_size(c, space) for c in cells]
-    out: list[list[dict]] = [[] for _ in range(parts)]
-    load = [0] * parts
-    for i in sorted(range(len(cells)), key=lambda i: -sizes[i]):
+def _split(weights: np.ndarray, parts: int) -> list[list[int]]:
+    """Indices split into `parts` groups of about equal weight (heaviest first, greedily)."""
+    out: list[list[int]] = [[] for _ in range(parts)]
+    load = [0.0] * parts
+    for i in np.argsort(-weights, kind="stable"):
         j = load.index(min(load))
-        out[j].append(cells[i])
-        load[j] += sizes[i]
-    return [b for b in out if b]
+        out[j].append(int(i))
+        load[j] += float(weights[i])
+    return [g for g in out if g]
+
+
+def check_size(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int) -> None:
+    """Refuse, up front and with the reason, a search too large to mean anything or to finish."""
+    if cluster.gpus > MAX_GPUS:
+        raise ConfigError(f"{cluster.gpus:,} GPUs is beyond the {MAX_GPUS:,} a plan is searched for (ten times the "
+                          "largest GPU clusters built)", field="gpus")
+    if model.layers > MAX_LAYERS:
+        raise ConfigError(f"{model.name} has {model.layers:,} layers, beyond the {MAX_LAYERS:,} a plan is searched "
+                          "for (eight times the deepest published LLM)", field="layers")
+    if gbs * seq >= 2**53:
+        raise ConfigError(f"gbs·seq = {gbs * seq:.3g} tokens per step is beyond what float64 counts exactly",
+                          field="gbs")
+
+
+class _Runner:
+    """Runs survey and costing tasks in forked workers (or in-process) and hands back results as they come."""
+
+    def __init__(self, workers: int) -> None:
+        self.pool = None
+        if workers > 1 and "fork" in mp.get_all_start_methods():
+            # Workers ignore Ctrl-C: the parent stops them (terminate) and reports the interruption once.
+            self.pool = mp.get_context("fork").Pool(workers, initializer=signal.signal,
+                                                    initargs=(signal.SIGINT, signal.SIG_IGN))
+        self.slots = workers if self.pool is not None else 1
+        """Tasks in flight: one per worker (or in-process), so that every task starts from the latest limit;
+        the parent merges a result and hands out the next task in far less time than a task takes."""
+        self.results: queue.SimpleQueue = queue.SimpleQueue()
+        self.pending = 0
+
+    def submit(self, fn: Callable, arg: object) -> None:
+        self.pending += 1
+        if self.pool is None:
+            self.results.put(fn(arg))
+        else:
+            self.pool.apply_async(fn, (arg,), callback=self.results.put, error_callback=self.results.put)
+
+    def next(self) -> object:
+        """The next finished task's result (re-raising a worker's exception)."""
+        while True:
+            try:
+                out = self.results.get(timeout=0.1)  # a short wait keeps Ctrl-C responsive
+            except queue.Empty:
+                continue
+            self.pending -= 1
+            if isinstance(out, BaseException):
+                raise out
+            return out
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+            self.pool.join()
 
 
 def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: SearchSpace | None = None,
          objective: str = "throughput", top: int = 5, within: float = 0.05,
          layout_filter: Callable[[Layouts], np.ndarray] | None = None,
-         progress: Callable[[int], None] | None = None, chunk: int = CHUNK, workers: int | None = None,
-         workload: Workload = UNIFORM, faster_than: float | None = None) -> PlanResult:
+         progress: Callable[[int, int], None] | None = None, chunk: int = CHUNK, workers: int | None = None,
+         workload: Workload = UNIFORM, faster_than: float | None = None, deadline: float | None = None,
+         bound: bool = True, stack: StackSpec | None = None) -> PlanResult:
     """Rank every valid layout that fits. objective 'memory' returns, among the layouts within `within`
     of the best throughput, the ones with the most memory headroom; 'cost' (GPU-hours per token on a fixed
-    cluster) ranks like 'throughput'. `layout_filter` restricts the space further (a framework's
-    abilities); `progress` is called with the running count of evaluated layouts; `chunk` bounds how many
-    layouts are evaluated at once (memory) and `workers` how many processes share the grid (default: the
-    CPU count, for large spaces), neither changing the result. `faster_than` (tokens/s/GPU) also counts the
-    fitting layouts that beat it, in extra["faster"] (every layout is then timed: no dominance pruning).
+    cluster) ranks like 'throughput'. `layout_filter` restricts the space further (a framework's abilities;
+    it must be elementwise over the Layouts fields, as the Strategy rules are); `progress` is called with the
+    layouts settled so far and the total; `chunk` bounds how many layouts are costed at once (memory) and
+    `workers` how many processes share the work (default: the CPU count, for large spaces), neither changing
+    the result. `faster_than` (tokens/s/GPU) also counts the fitting layouts that beat it, in extra["faster"]
+    (every layout that might is then timed: no dominance pruning). `deadline` (a time.monotonic() value)
+    stops the search there with the best found so far (PlanResult.left > 0). `bound=False` costs every
+    layout instead of skipping blocks proved no better: the same answer, slower (a check of the bounds).
+    `stack` (default megatron-core): only the layouts it can run are searched, costed as it runs them.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}")
-    space = space or SearchSpace()
+    check_size(model, cluster, gbs, seq)
+    stack = load_stack(stack)
+    space = restrict_space(space or SearchSpace(), stack)
+    layout_filter = _both(stack_filter(stack, model, cluster.gpus), layout_filter)
     start = time.perf_counter()
     keep = max(top, 1) if objective != "memory" else max(top, 1) * 50
     cells = list(_grid(model, cluster, gbs, seq, space))
-    workers = workers if workers is not None else (os.cpu_count() or 1)
-    parts = max(1, min(workers, len(cells))) * 4 if workers > 1 else 1
-    _STATE.update(model=model, cluster=cluster, space=space, gbs=gbs, seq=seq, keep=keep, chunk=chunk,
-                  workload=workload, prune=objective != "memory" and faster_than is None, reference=faster_than,
-                  cap=space.memory_cap_gib(cluster), filter=layout_filter,
-                  batches=_batches(cells, space, parts) if cells else [])
-    indices = range(len(_STATE["batches"]))
-    partials: list[_Partial] = []
-    evaluated = 0
-    with contextlib.ExitStack() as stack:
-        run = map
-        if workers > 1 and len(indices) > 1 and "fork" in mp.get_all_start_methods():
-            run = stack.enter_context(mp.get_context("fork").Pool(min(workers, len(indices)))).imap_unordered
-        for part in run(_run_batch, indices):
-            partials.append(part)
-            evaluated += part.evaluated
-            if progress:
-                progress(evaluated)
+    blocks = sum(math.prod(c.block_shape) for c in cells)
+    if blocks > MAX_BLOCKS:
+        raise ConfigError(f"the layouts of {model.name} on {cluster.gpus:,} GPUs fall in {blocks:,} blocks, beyond the "
+                          f"{MAX_BLOCKS:,} a search takes on; restrict the space (tp, pp, cp, mbs, schedule, vpp)")
+    raw = np.array([math.prod(c.shape) for c in cells], dtype=float)
+    if workers is None:
+        workers = (os.cpu_count() or 1) if raw.sum() >= PARALLEL_MIN else 1
+    workers = max(1, min(workers, len(cells)))
+    _STATE.update(model=model, cluster=cluster, space=space, gbs=gbs, seq=seq, keep=keep, workload=workload,
+                  stack=stack, dominance=_dominance(model, stack), chunk=chunk, tokens_per_gpu=gbs * seq / cluster.gpus,
+                  reference_step=gbs * seq / cluster.gpus / faster_than if faster_than else 0.0,
+                  prune=objective != "memory" and faster_than is None, reference=faster_than,
+                  cap=space.memory_cap_gib(cluster), filter=layout_filter, cells=cells, bound=bound)
+    runner = _Runner(workers)
+    try:
+        survey = _run_survey(runner, cells, raw, workers)
+        found = _run_costing(runner, survey, keep, gbs * seq / cluster.gpus, deadline, progress)
+    finally:
+        runner.close()
+    return _result(model, cluster, survey, found, objective, top, within, workload, stack,
+                   time.perf_counter() - start)
+
+
+def _run_survey(runner: _Runner, cells: list[_Cell], raw: np.ndarray, workers: int) -> _Survey:
+    """Count and bound every block, the cells split evenly over the workers."""
+    for part in _split(raw, workers):
+        runner.submit(_survey, sorted(part))
+    parts = [runner.next() for _ in range(runner.pending)]
+    cat = [np.concatenate([getattr(p, f) for p in parts]) if parts else np.empty(0)
+           for f in ("cell", "flat", "count", "bound")]
+    order = np.argsort(cat[3], kind="stable")
+    return _Survey(*(a[order] for a in cat))
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """The outcome of costing: per-block tallies (over the survey's blocks), the best candidates, the limit."""
+
+    done: np.ndarray
+    """Per block: reached (its tighter bound computed, and costed unless that bound exceeded the limit)."""
+    bound: np.ndarray
+    """Per block: the best bound known (the survey's, or the tighter one where reached)."""
+    costed: np.ndarray
+    feasible: np.ndarray
+    faster: np.ndarray
+    top: tuple[Layouts, np.ndarray, np.ndarray] | None
+    least: tuple[float, Layouts] | None
+    limit: float
+    """Step time beyond which a block is proved no better (inf when nothing may be skipped)."""
+
+
+def _run_costing(runner: _Runner, survey: _Survey, keep: int, tokens_per_gpu: float, deadline: float | None,
+                 progress: Callable[[int, int], None] | None) -> _Found:
+    """Cost blocks in bound order, a few tasks in flight, until the next block's bound exceeds the limit."""
+    n = len(survey.count)
+    done = np.zeros(n, dtype=bool)
+    tight = np.full(n, -np.inf)
+    costed, feasible, faster = (np.zeros(n, dtype=np.int64) for _ in range(3))
+    total = int(survey.count.sum())
+    # Tasks: runs of consecutive blocks, small at first (the first sets the limit the others are cut by).
+    cuts = [0]
+    while cuts[-1] < n:
+        cuts.append(min(n, cuts[-1] + min(TASK_BLOCKS, FIRST_TASK_BLOCKS << 2 * (len(cuts) - 1))))
     best: tuple[Layouts, np.ndarray, np.ndarray] | None = None
-    for part in partials:
+    least: tuple[float, Layouts] | None = None
+    reference_step = _STATE["reference_step"]
+
+    def limit() -> float:
+        """Blocks bounded above this step time hold no layout among the best `keep` nor faster than the
+        reference (the keep-th best found so far sets it; inf until `keep` layouts fit)."""
+        if not _STATE["bound"] or best is None or len(best[1]) < keep:
+            return math.inf
+        return max(tokens_per_gpu / float(best[1][-1]), reference_step)
+
+    task = 0
+    while True:
+        # Until the first task reports, nothing bounds the others: it runs alone. The deadline stops the
+        # search only after it, so that there is a best found so far.
+        while (task < len(cuts) - 1 and runner.pending < runner.slots and not (task == 1 and runner.pending)
+               and (deadline is None or task == 0 or time.monotonic() < deadline)):
+            lo, hi = cuts[task], cuts[task + 1]
+            if survey.bound[lo] > limit() * (1 + SLACK):
+                task = len(cuts) - 1  # sorted by bound: every later block is proved no better too
+                break
+            runner.submit(_cost, (np.arange(lo, hi), survey.cell[lo:hi], survey.flat[lo:hi], survey.bound[lo:hi],
+                                  survey.count[lo:hi], limit()))
+            task += 1
+        if not runner.pending:
+            break
+        part: _Partial = runner.next()
+        done[part.blocks], tight[part.blocks] = True, part.tight
+        costed[part.blocks], feasible[part.blocks], faster[part.blocks] = part.costed, part.feasible, part.faster
         if part.top is not None:
             best = (_top(best[0], best[1], best[2], part.top, part.score, part.required, keep) if best
                     else (part.top, part.score, part.required))
+        if part.least is not None and (least is None or part.least_required < least[0]):
+            least = (part.least_required, part.least)
+        if progress:
+            settled = done | (np.maximum(survey.bound, tight) > limit() * (1 + SLACK))
+            progress(int(survey.count[settled].sum()), total)
+    return _Found(done, np.maximum(survey.bound, tight), costed, feasible, faster, best, least, limit())
+
+
+def _result(model: ModelSpec, cluster: ClusterSpec, survey: _Survey, found: _Found, objective: str, top: int,
+            within: float, workload: Workload, stack: StackSpec, seconds: float) -> PlanResult:
+    """Tallies over the blocks the final limit does not prove no better, and the plans' full estimates."""
+    proved = found.bound > found.limit * (1 + SLACK)
+    counted = found.done & ~proved
+    left = int(survey.count[~found.done & ~proved].sum())
     plans: list[Estimate] = []
-    if best is not None:
-        ev = evaluate_layouts(model, cluster, best[0], workload=workload)
-        for i in range(len(best[0])):
+    if found.top is not None:
+        ev = evaluate_layouts(model, cluster, found.top[0], workload=workload, stack=stack)
+        for i in range(len(found.top[0])):
             # A layout that predicts exactly like a simpler one ranked above it adds nothing to the list.
             if plans and ev.step_time_s[i] == plans[-1].step_time_s and ev.required_gib[i] == plans[-1].required_gib:
                 continue
             plans.append(ev.estimate(i))
-    seconds = time.perf_counter() - start
     if objective == "memory" and plans:
         floor = plans[0].tokens_per_s_per_gpu * (1 - within)
         plans = sorted((e for e in plans if e.tokens_per_s_per_gpu >= floor), key=lambda e: e.required_gib)
-    least = min((p for p in partials if p.least is not None), key=lambda p: p.least_required, default=None)
-    least_estimate = evaluate_layouts(model, cluster, least.least, workload=workload).estimate(0) if least else None
-    extra = {"faster": sum(p.faster for p in partials)} if faster_than is not None else {}
-    return PlanResult(plans=plans[:top], evaluated=evaluated, feasible=sum(p.feasible for p in partials),
-                      search_seconds=seconds, least_memory=least_estimate, extra=extra)
+    least = (evaluate_layouts(model, cluster, found.least[1], workload=workload, stack=stack).estimate(0)
+             if found.least else None)
+    extra = {"faster": int(found.faster[counted].sum())} if _STATE["reference"] is not None else {}
+    return PlanResult(plans=plans[:top], evaluated=int(survey.count.sum()) - left,
+                      feasible=int(found.feasible[counted].sum()), search_seconds=seconds, least_memory=least,
+                      skipped=int(survey.count[proved].sum()), left=left, extra=extra)
+
+
+def _both(a: Callable[[Layouts], np.ndarray], b: Callable[[Layouts], np.ndarray] | None
+          ) -> Callable[[Layouts], np.ndarray]:
+    """A layout filter passing what both filters pass (elementwise, as each is)."""
+    return a if b is None else (lambda lay: a(lay) & b(lay))
 
 
 def _concat(a: Layouts, b: Layouts) -> Layouts:
-    return Layouts(**{f.name: np.concatenate([getattr(a, f.name), getattr(b, f.name)])
-                      for f in dataclasses.fields(Layouts)})
+    return _concat_all([a, b])
+
+
+def _concat_all(parts: list[Layouts]) -> Layouts:
+    return Layouts(**{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(Layouts)})
 
 
 def _complexity(lay: Layouts) -> np.ndarray:
@@ -426,9 +915,10 @@ def _complexity(lay: Layouts) -> np.ndarray:
 
 
 def levers(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: SearchSpace,
-           workload: Workload = UNIFORM) -> dict[str, float]:
+           workload: Workload = UNIFORM, stack: StackSpec | None = None) -> dict[str, float]:
     """Least memory any layout needs (GiB, allocator headroom and context included) under each lever that
-    the user's space did not already allow, computed by searching again with that lever opened."""
+    the user's space did not already allow and `stack` can pull (default megatron-core), computed by
+    searching again with that lever opened, over the layouts the stack runs."""
     out: dict[str, float] = {}
     trials: list[tuple[str, ClusterSpec, SearchSpace]] = []
     if 3 not in space.zero:
@@ -443,12 +933,23 @@ def levers(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space:
         trials.append(("fp8", cluster, dataclasses.replace(space, precision=(*space.precision, "fp8"))))
     for factor in (2, 4):
         bigger = cluster.with_gpus(cluster.gpus * factor)
-        trials.append((f"{factor}× the GPUs ({bigger.gpus})", bigger, space))
+        if bigger.gpus <= MAX_GPUS:
+            trials.append((f"{factor}× the GPUs ({bigger.gpus})", bigger, space))
+    stack = load_stack(stack)
+    base = restrict_space(space, stack)
     for name, cl, sp in trials:
+        sp = restrict_space(sp, stack)
+        if sp == base and cl is cluster:
+            continue  # a lever the stack cannot pull
+        runnable = stack_filter(stack, model, cl.gpus)
         least = None
         for lay in enumerate_layouts(model, cl, gbs, seq, sp):
-            req = float(required_memory_gib(model, cl, lay, workload).min())
-            least = req if least is None else min(least, req)
+            # Memory does not read the time-only fields: a layout counts when the stack runs any setting of them.
+            wide, parent = _time_options(lay, model, cl, sp)
+            lay = lay.take(np.unique(parent[runnable(wide)]))
+            if len(lay):
+                req = float(required_memory_gib(model, cl, lay, workload, stack).min())
+                least = req if least is None else min(least, req)
         if least is not None:
             out[name] = least
     return out
@@ -461,13 +962,18 @@ def plan_or_raise(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int,
     result = plan(model, cluster, gbs=gbs, seq=seq, space=space, **kw)
     if result.plans:
         return result
+    if not result.complete:
+        raise NoFeasiblePlanError(
+            f"the time limit stopped the search of {model.name} on {cluster.gpus} GPUs before any layout that fits "
+            f"was found ({result.left:,} of {result.evaluated + result.left:,} valid layouts left)")
     if result.least_memory is None:
         raise NoFeasiblePlanError(
             f"no valid layout of {model.name} on {cluster.gpus} GPUs with gbs={gbs}, seq={seq} under the given "
             "restrictions (every combination breaks a Strategy rule, e.g. gbs must be a multiple of dp·mbs)")
     cap = space.memory_cap_gib(cluster)
     need = result.least_memory.required_gib
-    options = levers(model, cluster, gbs=gbs, seq=seq, space=space, workload=kw.get("workload", UNIFORM))
+    options = levers(model, cluster, gbs=gbs, seq=seq, space=space, workload=kw.get("workload", UNIFORM),
+                     stack=kw.get("stack"))
     helps = [f"{name}: {gib:.1f} GiB{' (fits)' if gib <= cap else ''}" for name, gib in
              sorted(options.items(), key=lambda kv: kv[1])]
     raise NoFeasiblePlanError(

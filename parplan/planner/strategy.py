@@ -18,16 +18,34 @@ from dataclasses import dataclass
 import numpy as np
 
 from parplan.errors import InvalidStrategyError
-from parplan.hardware.spec import MAX_GPUS, ClusterSpec
+from parplan.hardware.spec import ClusterSpec
+from parplan.limits import MAX_BATCH, MAX_GPUS, MAX_SEQ
 from parplan.models.spec import RANGES, ModelSpec
+from parplan.names import BLOCKS_PREFIX, DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES
 
-RECOMPUTE = ("none", "selective", "modules", "full")
-SCHEDULES = ("1f1b", "interleaved", "zb-h1", "dualpipe", "dualpipev")
-PRECISIONS = ("bf16", "fp8")
-DISPATCHERS = ("alltoall", "deepep", "deepep-fp8")
-"""How MoE tokens travel: alltoall sends every routed copy (Megatron's alltoall dispatcher); deepep sends
-one copy per destination node and forwards it over NVLink there (DeepEP, Megatron's flex dispatcher);
-deepep-fp8 also dispatches in fp8 (combine stays bf16), as DeepSeek-V3 trained."""
+__all__ = ["BLOCKS_PREFIX", "DISPATCHERS", "PRECISIONS", "RECOMPUTE", "SCHEDULES", "Layouts", "Rule", "Strategy",
+           "parse_blocks", "recompute_label", "valid_mask"]
+
+
+def parse_blocks(text: str) -> float:
+    """The fraction F of a "blocks:F" recompute setting (a decimal or a ratio such as 1/3), in (0, 1]."""
+    value = text[len(BLOCKS_PREFIX):].strip()
+    try:
+        num, _, den = value.partition("/")
+        fraction = float(num) / float(den) if den else float(num)
+    except (ValueError, ZeroDivisionError):
+        raise InvalidStrategyError(f"recompute {text!r}: F must be a number or a ratio such as 1/3") from None
+    if not 0.0 < fraction <= 1.0:
+        raise InvalidStrategyError(f"recompute {text!r}: the fraction of blocks must be in (0, 1], got {fraction:g}")
+    return fraction
+
+
+def recompute_label(recompute: str, blocks: float) -> str:
+    """How a recompute setting reads: its name, or blocks:F for full recompute of a fraction of the blocks."""
+    if recompute != "full" or blocks >= 1.0:
+        return recompute
+    n = round(1.0 / blocks)
+    return f"{BLOCKS_PREFIX}1/{n}" if abs(1.0 / n - blocks) < 1e-12 else f"{BLOCKS_PREFIX}{blocks!r}"
 
 
 def scatter_gather_acts(tp: np.ndarray | int, pp: np.ndarray | int, sp: np.ndarray | bool) -> np.ndarray:
@@ -35,6 +53,24 @@ def scatter_gather_acts(tp: np.ndarray | int, pp: np.ndarray | int, sp: np.ndarr
     (tp > 1) whose tensor SP has not already sharded. Strategy normalises the flag with it, the search sets
     it with it, and the cost model reads it through it."""
     return (np.asarray(tp) > 1) & (np.asarray(pp) > 1) & ~np.asarray(sp, dtype=bool)
+
+
+def p2p_overlap_acts(pp: np.ndarray | int, schedule: np.ndarray | int) -> np.ndarray:
+    """Where overlapping stage-to-stage transfers with compute is a choice: the interleaved schedule (a code
+    into SCHEDULES) with pp > 1 (--no-overlap-p2p-communication turns Megatron-Core's overlap off)."""
+    return (np.asarray(pp) > 1) & (np.asarray(schedule) == SCHEDULES.index("interleaved"))
+
+
+def p2p_overlap_default(pp: np.ndarray | int, schedule: np.ndarray | int) -> np.ndarray:
+    """Whether a schedule overlaps its transfers: the interleaved one by default (`p2p_overlap_acts`),
+    DualPipe(V) always (it is built around it); 1F1B and ZB-H1 wait for each transfer (Megatron's
+    validate_args sets overlap_p2p_comm False without virtual stages, megatron/training/arguments.py) and
+    pp = 1 has none. Strategy normalises the flag with it where it is no choice, the search sets it, and the
+    cost model reads the flag alone."""
+    schedule = np.asarray(schedule)
+    overlapping = ((schedule == SCHEDULES.index("interleaved")) | (schedule == SCHEDULES.index("dualpipe"))
+                   | (schedule == SCHEDULES.index("dualpipev")))
+    return (np.asarray(pp) > 1) & overlapping
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,13 +92,24 @@ class Strategy:
     zero: int = 1
     """ZeRO stage over the data-parallel group: 0 plain DDP, 1 optimizer states (Megatron distributed
     optimizer), 2 + gradients, 3 + parameters (FSDP full shard)."""
+    dp_replicate: int = 1
+    """Replicas of the sharded data-parallel group: ZeRO shards over cp·dp/dp_replicate ranks and each shard's
+    gradients are then all-reduced over the dp_replicate replicas (HSDP: torchtitan
+    data_parallel_replicate_degree, FSDP HYBRID_SHARD, MaxText dcn_data_parallelism; Megatron
+    --num-distributed-optimizer-instances). 1: one group over all of cp·dp."""
     sp: bool = True
     """Megatron sequence parallelism on the TP group (ignored when tp = 1)."""
     recompute: str = "none"
-    """Activation recomputation, from light to heavy: none; selective (the attention core, Korthikanti 2022);
-    modules (also the norms, the MoE activation function and MLA's up-projections: Megatron
+    """Activation recomputation, from light to heavy: none; selective (Megatron: the attention core,
+    Korthikanti 2022); modules (also the norms, the MoE activation function and MLA's up-projections: Megatron
     --recompute-modules core_attn layernorm moe_act mla_up_proj, what DeepSeek-V3 recomputes); full (each
-    layer from its input)."""
+    layer from its input). What a name recomputes is the stack's (StackSpec.recompute: torchtitan's
+    selective is per-op SAC). "blocks:F" is full recompute of a fraction F of the transformer blocks
+    (torchtitan selective_ac_option N = blocks:1/N, fms-fsdp selective_checkpointing p, Megatron
+    --recompute-method block --recompute-num-layers): it sets recompute full and recompute_blocks F."""
+    recompute_blocks: float = 1.0
+    """Fraction of the transformer blocks `recompute` applies to (0 < F <= 1); the other blocks keep their
+    activations. 1.0 with recompute none."""
     mbs: int = 1
     """Micro-batch size, sequences per pipeline micro-batch per data-parallel rank."""
     gbs: int = 1
@@ -88,10 +135,10 @@ class Strategy:
     --overlap-moe-expert-parallel-comm: interleaved schedule or pp = 1). DualPipe(V) always does this and
     leaves the flag off."""
     p2p_overlap: bool = True
-    """The interleaved schedule overlaps its stage-to-stage transfers with compute (Megatron-Core's default;
-    --no-overlap-p2p-communication turns it off). Off: each transfer waits, as in Megatron-LM before 2023,
-    which had no such overlap. Only the interleaved schedule reads it (1F1B and ZB wait anyway, DualPipe(V)
-    always overlaps), so it is normalised on for the others."""
+    """Stage-to-stage transfers overlap compute. A choice only for the interleaved schedule with pp > 1
+    (Megatron-Core's default; --no-overlap-p2p-communication turns it off, and Megatron-LM before 2023 had
+    no such overlap); normalised to what the schedule does elsewhere: off for 1F1B, ZB-H1 and pp = 1 (they
+    wait for each transfer), on for DualPipe(V)."""
     pp_scatter_gather: bool = False
     """Scatter-gather of stage-boundary tensors without SP: each TP rank sends 1/tp of the tensor and the
     receiving ranks all-gather it over NVLink. Megatron-LM did this before Megatron-Core (Narayanan 2021 §4.1,
@@ -100,6 +147,11 @@ class Strategy:
     already), so plans leave it off. Ignored, and normalised off, where tp = 1, pp = 1 or SP is on."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.recompute, str) and self.recompute.startswith(BLOCKS_PREFIX):
+            object.__setattr__(self, "recompute_blocks", parse_blocks(self.recompute))
+            object.__setattr__(self, "recompute", "full")
+        if not 0.0 < self.recompute_blocks <= 1.0:
+            raise InvalidStrategyError(f"recompute_blocks must be in (0, 1], got {self.recompute_blocks}")
         for name, options in _CATEGORIES.items():
             _code(options, getattr(self, name), name)  # an unknown name fails here, not at first use
         # Counts out of range fail here rather than as a division by zero in dp() or an int64 overflow in
@@ -113,9 +165,13 @@ class Strategy:
             # normalise so equal layouts compare equal.
             object.__setattr__(self, "sp", False)
             object.__setattr__(self, "tp_overlap", False)
-        if self.pp == 1 or self.schedule != "interleaved":
-            # 1F1B and ZB wait for their transfers anyway; DualPipe(V) is built around overlapping them.
-            object.__setattr__(self, "p2p_overlap", True)
+        if self.zero == 0:
+            object.__setattr__(self, "dp_replicate", 1)  # nothing is sharded: one all-reduce over all of dp
+        if self.recompute == "none":
+            object.__setattr__(self, "recompute_blocks", 1.0)  # nothing to apply to a fraction of
+        schedule = SCHEDULES.index(self.schedule)
+        if not p2p_overlap_acts(self.pp, schedule):
+            object.__setattr__(self, "p2p_overlap", bool(p2p_overlap_default(self.pp, schedule)))
         if not scatter_gather_acts(self.tp, self.pp, self.sp):
             object.__setattr__(self, "pp_scatter_gather", False)
 
@@ -131,13 +187,16 @@ class Strategy:
         the sequence and every switch that is not its default."""
         parts = [f"tp={self.tp}", f"pp={self.pp}", f"dp={self.dp(gpus)}"]
         parts += [f"{name}={value}" for name, value in (("cp", self.cp), ("ep", self.ep), ("etp", self.etp),
-                                                          ("vpp", self.vpp)) if value != 1]
-        parts += [f"zero={self.zero}", "sp" if self.sp else "no-sp", f"recompute={self.recompute}",
+                                                          ("vpp", self.vpp), ("dp_replicate", self.dp_replicate))
+                  if value != 1]
+        parts += [f"zero={self.zero}", "sp" if self.sp else "no-sp",
+                  f"recompute={recompute_label(self.recompute, self.recompute_blocks)}",
                   f"mbs={self.mbs}", f"gbs={self.gbs}", f"seq={self.seq}", self.schedule, self.precision]
         flags = (("unfused-attention", not self.flash_attention), ("tp-overlap", self.tp_overlap),
                  (self.dispatch, self.dispatch != "alltoall"),
                  (f"redundant-experts={self.redundant_experts}", self.redundant_experts > 0),
-                 ("ep-overlap", self.ep_overlap), ("no-p2p-overlap", not self.p2p_overlap),
+                 ("ep-overlap", self.ep_overlap),
+                 ("no-p2p-overlap", self.p2p_overlap != p2p_overlap_default(self.pp, SCHEDULES.index(self.schedule))),
                  ("pp-scatter-gather", self.pp_scatter_gather))
         return " ".join(parts + [text for text, on in flags if on])
 
@@ -156,10 +215,6 @@ class Strategy:
                 raise InvalidStrategyError(rule.message(self, model, cluster))
 
 
-MAX_BATCH = 2**24
-"""Most sequences in a global (or micro-) batch: a thousand times DeepSeek-V3's 15,360."""
-MAX_SEQ = RANGES["max_position"][1]
-"""Longest sequence, tokens: the longest position range a model may declare."""
 _LIMITS = {"tp": (1, MAX_GPUS), "pp": (1, MAX_GPUS), "cp": (1, MAX_GPUS), "ep": (1, MAX_GPUS), "etp": (1, MAX_GPUS),
            "vpp": (1, RANGES["layers"][1]), "mbs": (1, MAX_BATCH), "gbs": (1, MAX_BATCH), "seq": (1, MAX_SEQ),
            "zero": (0, 3), "redundant_experts": (0, MAX_GPUS)}
@@ -184,11 +239,13 @@ class Layouts:
     etp: np.ndarray
     vpp: np.ndarray
     zero: np.ndarray
+    dp_replicate: np.ndarray
     mbs: np.ndarray
     gbs: np.ndarray
     seq: np.ndarray
     sp: np.ndarray
     recompute: np.ndarray
+    recompute_blocks: np.ndarray
     schedule: np.ndarray
     precision: np.ndarray
     flash_attention: np.ndarray
@@ -207,7 +264,7 @@ class Layouts:
             if f.name in _CATEGORIES:
                 cols[f.name] = np.array([_code(_CATEGORIES[f.name], v, f.name) for v in values], dtype=np.int8)
             else:
-                cols[f.name] = np.array(values, dtype=bool if f.type == "bool" else np.int64)
+                cols[f.name] = np.array(values, dtype={"bool": bool, "float": float}.get(f.type, np.int64))
         return cls(**cols)
 
     def __len__(self) -> int:
@@ -221,7 +278,7 @@ class Layouts:
         for f in dataclasses.fields(Strategy):
             value = getattr(self, f.name)[i]
             kw[f.name] = (_CATEGORIES[f.name][int(value)] if f.name in _CATEGORIES
-                          else bool(value) if f.type == "bool" else int(value))
+                          else {"bool": bool, "float": float}.get(f.type, int)(value))
         return Strategy(**kw)
 
     def dp(self, gpus: int) -> np.ndarray:
@@ -245,8 +302,8 @@ class Rule:
     ok: Callable[[Layouts, ModelSpec, ClusterSpec], np.ndarray]
     message: Callable[[Strategy, ModelSpec, ClusterSpec], str]
     time_only: bool = False
-    """Reads a field that changes the step time but not memory (dispatch, ep_overlap): the search checks it
-    when it expands those fields after the memory check."""
+    """Reads a field that changes the step time but not memory (tp_overlap, dispatch, ep_overlap): the search
+    checks it when it expands those fields after the memory check."""
 
 
 def _experts(m: ModelSpec) -> int:
@@ -262,11 +319,17 @@ RULES: tuple[Rule, ...] = (
          lambda lay, m, c: (lay.tp >= 1) & (lay.pp >= 1) & (lay.cp >= 1) & (lay.ep >= 1) & (lay.etp >= 1)
          & (lay.vpp >= 1) & (lay.mbs >= 1) & (lay.gbs >= 1) & (lay.seq >= 1),
          lambda s, m, c: "every degree, mbs, gbs and seq must be >= 1"),
+    Rule("recompute_blocks", lambda lay, m, c: (lay.recompute_blocks > 0) & (lay.recompute_blocks <= 1),
+         lambda s, m, c: f"recompute_blocks must be in (0, 1], got {s.recompute_blocks}"),
     Rule("zero_stage", lambda lay, m, c: (lay.zero >= 0) & (lay.zero <= 3),
          lambda s, m, c: f"zero must be 0, 1, 2 or 3, got {s.zero}"),
     Rule("grid_divides_gpus", lambda lay, m, c: c.gpus % (lay.tp * lay.pp * lay.cp) == 0,
          lambda s, m, c: f"tp·pp·cp = {s.tp}·{s.pp}·{s.cp} = {s.tp * s.pp * s.cp} does not divide the "
                          f"{c.gpus} GPUs (dp = gpus / (tp·pp·cp) must be a whole number)"),
+    Rule("dp_replicate", lambda lay, m, c: (lay.dp_replicate >= 1) & (lay.dp(c.gpus) % lay.dp_replicate == 0)
+         & ((lay.dp_replicate == 1) | ((c.gpus // lay.pp) % (lay.ep * lay.etp * lay.dp_replicate) == 0)),
+         lambda s, m, c: f"dp_replicate={s.dp_replicate} must divide dp = {s.dp(c.gpus)} and the expert data-"
+                         f"parallel size {c.gpus // s.pp // (s.ep * s.etp)} (each replica holds whole shards)"),
     Rule("tp_divides_heads", lambda lay, m, c: m.attention.heads % lay.tp == 0,
          lambda s, m, c: f"tp={s.tp} must divide the {m.attention.heads} attention heads"),
     Rule("tp_divides_kv_heads", lambda lay, m, c: m.attention.kv_heads % lay.tp == 0,
@@ -296,7 +359,8 @@ RULES: tuple[Rule, ...] = (
          lambda s, m, c: f"with sequence parallelism tp={s.tp} must divide the {s.seq // s.cp} tokens per "
                          f"context-parallel rank"),
     Rule("tp_overlap_needs_sp", lambda lay, m, c: ~lay.tp_overlap | lay.sp,
-         lambda s, m, c: "tp_overlap needs sequence parallelism (Megatron --tp-comm-overlap asserts it)"),
+         lambda s, m, c: "tp_overlap needs sequence parallelism (Megatron --tp-comm-overlap asserts it)",
+         time_only=True),
     Rule("pp_layers", lambda lay, m, c: lay.pp * lay.vpp <= m.layers,
          lambda s, m, c: f"pp·vpp = {s.pp * s.vpp} virtual stages exceed the {m.layers} layers"),
     Rule("schedule_needs_pp", lambda lay, m, c: _sched(lay, "1f1b") | (lay.pp > 1),

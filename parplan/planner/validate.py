@@ -7,6 +7,8 @@ the same `evaluate` users call; no per-run factor exists anywhere.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -18,12 +20,14 @@ from parplan._mapping import Fields, dataclass_from_mapping, shown
 from parplan._resources import data_dir
 from parplan.errors import ConfigError, ParplanError
 from parplan.hardware import load_cluster
-from parplan.hardware.spec import MAX_GPUS
+from parplan.limits import MAX_GPUS
 from parplan.models.presets import load_model
 from parplan.models.spec import ModelSpec
 from parplan.planner.estimate import Estimate, evaluate
 from parplan.planner.search import SearchSpace, plan
 from parplan.planner.strategy import Strategy
+from parplan.stacks.presets import DEFAULT_STACK, load_stack
+from parplan.stacks.spec import COMPILE_SWITCHABLE, StackSpec
 
 _BATCH_KEYS = {"gbs", "seq", "precision"}
 """Strategy fields a runs file gives outside `strategy` (under `batch`, and `precision` at the top)."""
@@ -56,6 +60,15 @@ class PublishedRun:
     dropout: bool | None = None
     """The run's dropout setting where the model file does not carry it: a training flag (Megatron-LM
     --attention-dropout/--hidden-dropout, default 0.1), not an architecture fact. None: the model file's."""
+    stack: str = DEFAULT_STACK
+    """The software stack the run used: a preset name, or a stack file (one under stacks/ beside the runs file
+    when the name is not a preset)."""
+    compile: bool | None = None
+    """torch.compile on or off in the run; None: the stack's default."""
+
+    def stack_spec(self) -> StackSpec:
+        """The run's stack, compiled or not as the run was."""
+        return load_stack(self.stack, compile=self.compile)
 
     def model(self) -> ModelSpec:
         """The run's model: its model file or preset, with the run's own training settings applied."""
@@ -93,9 +106,9 @@ class RunResult:
         return pred / self.run.peak_memory_gib - 1
 
 
-def _cluster_ref(name: str, runs_file: Path) -> str:
-    """A preset name, or a cluster file under clusters/ beside the runs file (a run's own network)."""
-    local = runs_file.parent / "clusters" / f"{name}.yaml"
+def _local_ref(name: str, runs_file: Path, folder: str) -> str:
+    """A preset name, or a file under `folder`/ beside the runs file (a run's own network or stack)."""
+    local = runs_file.parent / folder / f"{name}.yaml"
     return str(local) if exists(local) else name
 
 
@@ -109,14 +122,24 @@ def _model_ref(name: str, runs_file: Path) -> str:
 
 
 _RUN_KEYS = {"id", "group", "tier", "source", "cluster", "gpus", "gpus_per_node", "model", "strategy", "batch",
-             "precision", "measured", "derived_how", "unknown", "notes", "dropout"}
+             "precision", "measured", "derived_how", "unknown", "notes", "dropout", "stack", "compile"}
 """What a run entry may hold; gpus_per_node, derived_how and notes document the run and are not read."""
 
 
+SHIPPED_RUNS = ("published_runs.yaml", "runs_stacks.yaml")
+"""The runs files shipped in parplan/data/runs (see SOURCES.md there): Megatron-Core-era runs, and the runs of
+the other stacks."""
+
+
 def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
-    """Read a runs file (the shipped published runs by default); model files resolve beside it, else as
-    presets. A run whose model or cluster cannot be read is a ConfigError naming the run and the field."""
-    path = Path(path) if path is not None else data_dir("runs") / "published_runs.yaml"
+    """Read a runs file (every shipped runs file by default); model files resolve beside it, else as presets.
+    A run whose model, cluster or stack cannot be read is a ConfigError naming the run and the field."""
+    if path is None:
+        runs = [run for name in SHIPPED_RUNS for run in load_runs(data_dir("runs") / name)]
+        ids = [r.id for r in runs]
+        assert len(set(ids)) == len(ids), "run ids repeat across the shipped runs files"
+        return runs
+    path = Path(path)
     data = read_yaml(path)
     file = str(path)
     if not isinstance(data, list):
@@ -133,8 +156,9 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
         if misplaced:
             raise strat.error(None, f"{', '.join(sorted(misplaced))} belong(s) under batch or precision")
         batch = f.mapping("batch").allow({"gbs", "seq"})
+        # peak_memory_kind documents what a memory figure is (allocated, reserved, nvidia-smi); not read.
         measured = f.mapping("measured").allow({"tokens_per_s_per_gpu", "step_time_s", "peak_memory_gib",
-                                                "memory_rank"})
+                                                "memory_rank", "peak_memory_kind"})
         precision = f.str("precision", "bf16", choices=_RUN_PRECISIONS)
         gpus = f.int("gpus", min=1, max=MAX_GPUS)
         layout = {k: v for k, v in strat.data.items() if k != "dp"}
@@ -150,31 +174,50 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
         except ParplanError as e:
             raise f.error("model", f"cannot read the model: {e}") from None
         try:
-            cluster = _cluster_ref(cluster_name, path)
+            cluster = _local_ref(cluster_name, path, "clusters")
             load_cluster(cluster, gpus=gpus)
         except ParplanError as e:
             raise f.error("cluster", f"cannot read the cluster: {e}") from None
+        stack = _local_ref(f.str("stack"), path, "stacks") if f.has("stack") else DEFAULT_STACK
+        compiled = f.bool("compile", None)
+        try:
+            load_stack(stack, compile=compiled)
+        except ParplanError as e:
+            raise f.error("stack", f"cannot read the stack: {e}") from None
         for i, item in enumerate(f.list("unknown", [])):
             if not isinstance(item, str):
                 raise f.error(f"unknown[{i}]", f"expected a field name, got {shown(item)}")
         runs.append(PublishedRun(
             id=rid, group=f.str("group", ""), tier=f.str("tier", ""), source=f.str("source", ""), file=file,
             cluster=cluster, gpus=gpus, base_model=model, strategy=strategy,
-            tokens_per_s_per_gpu=measured.float("tokens_per_s_per_gpu", above=0),
+            tokens_per_s_per_gpu=float(measured.float("tokens_per_s_per_gpu", above=0)),
             peak_memory_gib=measured.float("peak_memory_gib", None, above=0),
             memory_rank=measured.str("memory_rank", "peak", choices=("peak", "last")),
             unknown=tuple(f.list("unknown", [])), notes=f.str("notes", ""), dropout=f.bool("dropout", None),
+            stack=stack, compile=compiled,
         ))
     return runs
 
 
-def validate_runs(runs: list[PublishedRun]) -> list[RunResult]:
-    """Each run's prediction; a run that cannot be evaluated (a layout that breaks a rule) is a ConfigError
-    naming its file and id, never a silent gap in the report."""
+def with_compile(runs: list[PublishedRun], compile: bool | None) -> list[PublishedRun]:
+    """The runs with torch.compile switched on or off wherever their stack can switch it (a stack without a
+    compile path, or XLA, keeps its own); None leaves every run's own `compile:`."""
+    if compile is None:
+        return runs
+    return [dataclasses.replace(r, compile=compile)
+            if load_stack(r.stack).kernels.compile_scope in COMPILE_SWITCHABLE else r for r in runs]
+
+
+def validate_runs(runs: list[PublishedRun], stack: StackSpec | None = None) -> list[RunResult]:
+    """Evaluate each run as its own stack runs it (or every run as `stack`); a run that cannot be evaluated (a
+    layout that breaks a rule) is a ConfigError naming its file and id, never a silent gap in the report."""
     out = []
     for run in runs:
         try:
-            out.append(RunResult(run, evaluate(run.model(), load_cluster(run.cluster, gpus=run.gpus), run.strategy)))
+            model = run.model()
+            cluster = load_cluster(run.cluster, gpus=run.gpus)
+            spec = stack if stack is not None else run.stack_spec()
+            out.append(RunResult(run, evaluate(model, cluster, run.strategy, stack=spec)))
         except ParplanError as e:
             raise ConfigError(f"the run cannot be evaluated: {e}", file=run.file, field=run.id) from None
     return out
@@ -190,7 +233,9 @@ class RankResult:
     rank: int | None
     """1 when no fitting layout is predicted faster than the published one; None when it does not fit."""
     searched: int
-    """Valid layouts searched."""
+    """Valid layouts searched (costed, or proved slower by a bound)."""
+    left: int = 0
+    """Valid layouts the deadline left unsearched (0: the rank and the best are the exhaustive search's)."""
 
     @property
     def gap(self) -> float | None:
@@ -200,9 +245,13 @@ class RankResult:
         return self.best.tokens_per_s_per_gpu / self.result.estimate.tokens_per_s_per_gpu - 1
 
 
-def rank_runs(results: list[RunResult]) -> list[RankResult]:
-    """For each evaluated run, search its job's whole layout space (precision fixed to the run's; tp and etp
-    beyond one NVLink domain allowed when the run used them) and count the fitting layouts predicted faster."""
+def rank_runs(results: list[RunResult], deadline: float | None = None,
+              progress: Callable[[int, int], None] | None = None, stack: StackSpec | None = None
+              ) -> list[RankResult]:
+    """For each evaluated run, search its job's whole layout space under the run's stack (or `stack`; only
+    what the stack can run, costed as it runs it; precision fixed to the run's; tp and etp beyond one NVLink
+    domain allowed when the run used them) and count the fitting layouts predicted faster. `deadline` and
+    `progress` go to each search (search.plan)."""
     out = []
     for r in results:
         est = r.estimate
@@ -213,13 +262,14 @@ def rank_runs(results: list[RunResult]) -> list[RankResult]:
         space = SearchSpace(precision=(s.precision,), tp_in_domain=not beyond)
         try:
             found = plan(model, cluster, gbs=s.gbs, seq=s.seq, space=space, top=1,
-                         faster_than=est.tokens_per_s_per_gpu)
+                         faster_than=est.tokens_per_s_per_gpu, deadline=deadline, progress=progress,
+                         stack=stack if stack is not None else r.run.stack_spec())
         except ParplanError:
             out.append(RankResult(r, None, None, 0))
             continue
         best = found.plans[0] if found.plans else None
         rank = int(found.extra["faster"]) + 1 if est.fits else None
-        out.append(RankResult(r, best, rank, found.evaluated))
+        out.append(RankResult(r, best, rank, found.evaluated, found.left))
     return out
 
 

@@ -1,0 +1,64 @@
+"""`parplan stacks list|show`: the software stack presets and every fact with its source."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from parplan.cli._options import JsonOpt
+from parplan.cli._output import console, print_json
+
+app = typer.Typer(help="Software stack presets and stack files.", no_args_is_help=True)
+
+
+def _value(value: object) -> str:
+    if isinstance(value, tuple):
+        return ", ".join(map(str, value)) or "-"
+    return "-" if value is None else str(value)
+
+
+@app.command("list")
+def list_stacks(json_out: JsonOpt = False) -> None:
+    """List the stack presets shipped with parplan."""
+    from parplan.stacks import load_stack, stack_names
+
+    stacks = [load_stack(n) for n in stack_names()]
+    if json_out:
+        print_json({"stacks": [s.summary() for s in stacks]})
+        return
+    table = Table(title="Stack presets (a stack YAML file also works: base: NAME plus overrides)")
+    for col in ("name", "description", "attention", "compile", "parallelism", "recompute"):
+        table.add_column(col)
+    for s in stacks:
+        k = s.kernels
+        compiled = {"none": "-", "program": "always (XLA)"}.get(k.compile_scope,
+                                                                  f"{k.compile_scope}, {'on' if k.compile else 'off'}")
+        table.add_row(s.name, s.description, k.attention, compiled, _value(s.runs.parallelism) or "dp only",
+                      ", ".join(f"{n}={m}" for n, m in s.recompute.items() if n != "none"))
+    console.print(table)
+
+
+@app.command("show")
+def show_stack(
+    name: Annotated[str, typer.Argument(help="Preset name or stack YAML file.")],
+    compile: Annotated[bool | None, typer.Option("--compile/--no-compile", help="Show it compiled or not.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show every fact of a stack and where it comes from."""
+    from parplan.stacks import load_stack
+
+    s = load_stack(name, compile=compile)
+    if json_out:
+        print_json(s.summary())
+        return
+    table = Table(title=f"Stack {s.name}: {s.description}", title_justify="left")
+    for col in ("fact", "value", "source"):
+        table.add_column(col, style="bold" if col == "fact" else None)
+    for path, value, source in s.facts():
+        table.add_row(path, _value(value), source)
+    console.print(table)
+    if s.fit:
+        console.print(f"Calibrated: {s.fit.get('knobs')} from {len(s.fit.get('runs', {}))} runs "
+                      f"({s.fit.get('command', '')})", highlight=False)

@@ -1,0 +1,17 @@
+"""Bounds on the sizes and counts an input may state, in one module that loads nothing heavy, so that the
+command line checks its options against the very bounds the specs and the planner apply.
+
+The upper bounds only refuse the absurd (a billion GPUs or layers would hang the cost model or exhaust memory),
+with the reason, up front; every real run lies far inside them.
+"""
+
+from parplan.models.spec import RANGES
+
+MAX_GPUS = 2**24
+"""Most GPUs a cluster may hold: 80 times the largest built (about 200,000 GPUs)."""
+MAX_BATCH = 2**24
+"""Most sequences in a global (or micro-) batch: a thousand times DeepSeek-V3's 15,360."""
+MAX_SEQ = RANGES["max_position"][1]
+"""Longest sequence, tokens: the longest position range a model may declare."""
+SPEC_VALUES = 4096
+"""Most values one list or range option may stand for (a range of every pipeline depth to 128 has 128)."""

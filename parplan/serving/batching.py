@@ -1,0 +1,105 @@
+"""Continuous batching with chunked prefill, in steady state: TTFT, TPOT and throughput of an aggregated
+attention rank serving a closed loop of requests (each finished request replaced at once, as aiperf's
+concurrency mode does) or an open-loop arrival rate.
+
+A request prefills its P = isl·(1 − prefix hit) tokens over n_p = ⌈P / K⌉ steps (K: the engine's token budget
+per step, less the decode tokens where the budget counts them; one step when the engine does not chunk), then
+decodes OSL − 1 more tokens, one per step (more with speculative decoding). With R requests resident,
+x = R / (n_p + (OSL − 1)/τ) requests finish per step (τ: tokens per decode step); their prompts add x·P
+prefill tokens per step, carried by a share f of the steps ("mixed" steps of c tokens each; engines that do not
+mix run a prefill batch and then the decode batch) while the rest only decode. A sequence waits for every step:
+
+    TPOT = (f·t_mix + (1 − f)·t_dec) / τ.
+
+Requests that finish together are replaced together, so prompts arrive in bursts: a share β of the requests
+in flight (the engine's burst knob) arrive with a request, and the burst is prefilled first come, first served
+in steps of the budget. A new request waits half a step to be scheduled, then for its burst's steps up to its
+own: n_p, or (burst tokens / step tokens + 1)/2 on average when the burst needs more steps than its prompt.
+Little's law closes the loop: throughput X = R / latency, and the C − R requests that find no slot (the KV
+cache or the engine's max running requests being full), or that the prefill budget cannot absorb, queue:
+TTFT = C/X − (OSL − 1)·TPOT.
+With pipeline parallelism the rank keeps pp micro-batches in flight; a step is one pass of a micro-batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from parplan.serving.step import StepModel, StepTime
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseResult:
+    """Steady state of one attention rank (arrays over deployments), seconds unless noted."""
+
+    ttft: np.ndarray
+    tpot: np.ndarray
+    throughput: np.ndarray
+    """Requests completed per second by one attention rank."""
+    running: np.ndarray
+    """Requests resident (decoding or prefilling) on one attention rank."""
+    decode_batch: np.ndarray
+    """Sequences in a decode step."""
+    mixed_share: np.ndarray
+    """Share of steps that carry prefill tokens."""
+    queue: np.ndarray
+    """Seconds a request waits before it is admitted (no KV space, or the prefill budget is full)."""
+    decode_step: StepTime
+    mixed_step: StepTime
+
+
+def prefill_steps(prompt: np.ndarray, budget: np.ndarray, chunked: bool) -> np.ndarray:
+    """Steps one prompt's prefill takes: ⌈P / budget⌉ when the engine chunks, else one."""
+    return np.ceil(prompt / np.maximum(budget, 1.0)) if chunked else np.ones_like(prompt)
+
+
+def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.ndarray, concurrency: np.ndarray,
+               max_running: np.ndarray, chunk: float, spec: float = 1.0, tokens_per_step: float = 1.0,
+               open_loop: bool = False) -> PhaseResult:
+    """Closed-loop steady state of an aggregated attention rank with `concurrency` requests in flight.
+
+    isl/osl: tokens per request; prompt: tokens it prefills (after prefix-cache hits); max_running: requests
+    the rank can hold (KV cache, engine cap); chunk: the engine's token budget per step; spec: tokens a
+    decoding sequence adds to a step (1 + drafts); tokens_per_step: output tokens a sequence gains per step."""
+    pp = sm.lay.pp
+    eng = sm.engine
+    running = np.minimum(concurrency, max_running)
+    decode_steps = np.maximum(osl - 1, 0) / tokens_per_step
+    # First pass at the steps a request lives for, to know the decode tokens a step carries.
+    n_p = prefill_steps(prompt, chunk, eng.chunked_prefill)
+    decoding = running * decode_steps / (n_p + decode_steps)
+    budget = chunk - (decoding * spec if eng.budget_counts_decode else 0.0)
+    budget = np.maximum(budget, chunk / 8.0)
+    # An unchunked prompt longer than the budget still runs in one step; the budget then holds one prompt.
+    budget = np.where(eng.chunked_prefill, budget, np.maximum(budget, prompt))
+    n_p = prefill_steps(prompt, budget, eng.chunked_prefill)
+    per_step = running / (n_p + decode_steps)
+    capped = np.minimum(per_step, budget / prompt)
+    burst = 1.0 + (0.0 if open_loop else eng.knobs.burst) * (running - 1.0)
+    tokens = np.minimum(budget, prompt * np.maximum(burst, capped))
+    share = np.minimum(1.0, capped * prompt / tokens)
+    # A request's prompt is done after its own chunks, or, in a burst larger than one step holds, after the
+    # steps before it in the burst: (steps of the burst + 1) / 2 on average.
+    own_steps = np.maximum(n_p, (burst * prompt / tokens + 1.0) / 2.0)
+    decode_batch = capped * decode_steps
+    ctx = isl + (osl - 1) / 2.0
+    prefix = isl - prompt
+    pf_keys = prefix + prompt / 2.0
+    dec = sm.step(decode_batch / pp, ctx, 0.0, 0.0, 0.0, spec=spec)
+    if eng.mixed_batches:
+        mix = sm.step(decode_batch / pp, ctx, tokens / pp, pf_keys, tokens / prompt / pp, spec=spec, mixed=True)
+        mix_total = mix.total
+    else:  # a prefill batch runs on its own, then the decode batch
+        mix = sm.step(0.0, 0.0, tokens / pp, pf_keys, tokens / prompt / pp, mixed=True)
+        mix_total = mix.total + dec.total
+    mean_step = share * mix_total + (1.0 - share) * dec.total
+    tpot = mean_step / tokens_per_step
+    own = eng.knobs.request_ms * 1e-3 + 0.5 * mean_step + own_steps * mix_total
+    decode_time = np.maximum(osl - 1, 0) * tpot
+    throughput = np.minimum(running / (own + decode_time), capped / mean_step)
+    in_flight_time = np.divide(concurrency, throughput, out=np.full_like(throughput, np.inf), where=throughput > 0)
+    ttft = np.maximum(own, in_flight_time - decode_time)
+    return PhaseResult(ttft=ttft, tpot=tpot, throughput=throughput, running=running, decode_batch=decode_batch,
+                       mixed_share=share, queue=ttft - own, decode_step=dec, mixed_step=mix)

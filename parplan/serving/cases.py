@@ -1,0 +1,206 @@
+"""Measured serving deployments to validate against, read from the two public formats:
+
+- the CSV of measured rows (``serving_measured.csv``: aiconfigurator's silicon_sample.csv columns, one row per
+  deployment with its full layout, TTFT and TPOT at the stated concurrency);
+- the YAML of published deployments (``published_serving.yaml``), each entry of a kind the serving model can
+  reproduce mapped to cases (see published.py).
+
+A malformed file (a missing column, a value of the wrong type, non-finite or out of range) is a ConfigError
+naming the file, the row and the field. A well-formed row the model cannot reproduce (an unknown GPU, a layout
+that does not divide the model, a quantisation it does not know) becomes a case with a reason instead.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from parplan._input import read_text
+from parplan.errors import ConfigError, ParplanError
+from parplan.serving.engines import load_engine
+from parplan.serving.spec import Deployment, Pool, Precision, Workload
+
+SYSTEMS = {
+    "h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200-nvl72",
+    "gb300": "gb300-nvl72", "h800_sxm": "h800", "a100_80gb_sxm": "a100-80gb", "a100_40gb_sxm": "a100-40gb",
+    "b200": "b200",
+}
+"""GPU system names of the measured files -> cluster presets."""
+
+QUANT = {"": "bf16", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4",
+         "mxfp4": "fp4", "fp4": "fp4", "int4_wo": "int4"}
+"""Quantisation modes (aiconfigurator's gemm_quant_mode / moe_quant_mode) -> weight formats."""
+
+ENGINE_NAMES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
+MODE_NAMES = {"agg": "aggregated", "disagg": "disaggregated"}
+
+METRICS = ("ttft_ms", "tpot_ms")
+"""The metrics of a measured row, named as serve_evaluate names them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One measured deployment: what to evaluate and what was measured, or why it cannot be evaluated."""
+
+    id: str
+    source: str
+    model: str
+    """Hugging Face id (resolved by load_model)."""
+    system: str
+    """The file's GPU system name."""
+    cluster: str | None
+    engine: str
+    deployment: Deployment | None
+    workload: Workload | None
+    measured: dict[str, float]
+    refused: str | None = None
+    """Why the case is not evaluated (None: it is)."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """Grouping labels for the summaries (model, system, engine, mode, ...)."""
+    kind: str = "closed_loop"
+    """What was measured: a closed loop at a concurrency (TTFT, TPOT), or one of published.py's other kinds."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """Inputs of the other kinds (batch, lengths, EP size ...)."""
+
+
+REQUIRED_COLUMNS = ("id", "silicon_data_source", "backend", "model_path", "system", "mode", "isl", "osl",
+                    "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size",
+                    "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms")
+ROLE_COLUMNS = ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+
+
+class _Row:
+    """Typed access to one CSV row; errors name the file, the row (1 = first data row) and the column."""
+
+    def __init__(self, data: dict[str, str], file: str, number: int) -> None:
+        self.data = data
+        self.file = file
+        self.number = number
+
+    def error(self, column: str, why: str) -> ConfigError:
+        return ConfigError(f"row {self.number}: {why}", file=self.file, field=column)
+
+    def text(self, column: str) -> str:
+        return (self.data.get(column) or "").strip()
+
+    def int(self, column: str, *, minimum: int = 0) -> int | None:
+        """An integer >= minimum, or None when the cell is empty."""
+        raw = self.text(column)
+        if raw == "":
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            raise self.error(column, f"expected an integer, got {raw!r}") from None
+        if not math.isfinite(value) or value != int(value):
+            raise self.error(column, f"expected an integer, got {raw!r}")
+        if value < minimum:
+            raise self.error(column, f"must be >= {minimum}, got {raw}")
+        return int(value)
+
+    def positive(self, column: str) -> float:
+        raw = self.text(column)
+        try:
+            value = float(raw)
+        except ValueError:
+            raise self.error(column, f"expected a number, got {raw!r}") from None
+        if not math.isfinite(value) or value <= 0:
+            raise self.error(column, f"expected a positive finite number, got {raw!r}")
+        return value
+
+    def choice(self, column: str, allowed: dict[str, str]) -> str:
+        raw = self.text(column)
+        if raw not in allowed:
+            raise self.error(column, f"unknown value {raw!r}; known: {', '.join(sorted(k for k in allowed if k))}")
+        return allowed[raw]
+
+
+def _concurrency(row: _Row) -> int | None:
+    """The concurrency a row was measured at: silicon_concurrency=N in silicon_data_source."""
+    match = re.search(r"silicon_concurrency=(\d+)", row.text("silicon_data_source"))
+    return int(match.group(1)) if match else None
+
+
+def _pool(row: _Row, prefix: str, *, moe: bool, workers: bool) -> Pool:
+    """A pool from the columns `prefix`tp_size etc.; 0 or empty means 'not applicable' where the file uses
+    it so (attention DP 1; MoE sizes of dense models). Raises ParplanError for a layout a Pool rejects."""
+    tp = row.int(prefix + "tp_size", minimum=1)
+    pp = row.int(prefix + "pp_size", minimum=1) or 1
+    dp = row.int(prefix + "attention_dp_size") or 1
+    moe_tp, moe_ep = row.int(prefix + "moe_tp_size"), row.int(prefix + "moe_ep_size")
+    if tp is None:
+        raise row.error(prefix + "tp_size", "required value is missing")
+    if moe and not (moe_tp and moe_ep):
+        raise ParplanError("the MoE layout (moe_tp_size, moe_ep_size) is not recorded")
+    if not moe:
+        moe_tp, moe_ep = None, 1
+    n = (row.int(prefix + "num_workers", minimum=1) or 1) if workers else 1
+    row.int(prefix + "batch_size", minimum=1)  # checked, not used: the files disagree on its unit
+    return Pool(tp=tp, pp=pp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep or 1, workers=n)
+
+
+def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
+    """Cases of a measured-rows CSV (columns as serving_measured.csv)."""
+    from parplan.models import load_model  # models import the serving-free part of parplan only
+
+    file = str(path)
+    text = read_text(path) if text is None else text
+    reader = csv.DictReader(io.StringIO(text))
+    columns = reader.fieldnames or []
+    for column in REQUIRED_COLUMNS:
+        if column not in columns:
+            raise ConfigError("required column is missing", file=file, field=column)
+    cases = []
+    for number, data in enumerate(reader, start=1):
+        row = _Row(data, file, number)
+        engine = row.choice("backend", ENGINE_NAMES)
+        mode = row.choice("mode", MODE_NAMES)
+        isl, osl = row.int("isl", minimum=1), row.int("osl", minimum=1)
+        if isl is None or osl is None:
+            raise row.error("isl" if isl is None else "osl", "required value is missing")
+        measured = {"ttft_ms": row.positive("silicon_ttft_ms"), "tpot_ms": row.positive("silicon_tpot_ms")}
+        gemm, moe_q = row.choice("gemm_quant_mode", QUANT), row.choice("moe_quant_mode", QUANT)
+        model_id, system = row.text("model_path"), row.text("system")
+        if not model_id:
+            raise row.error("model_path", "required value is missing")
+        case_id = row.text("id") or f"row {number}"
+        tags = {"model": model_id, "system": system, "engine": engine, "mode": mode, "set": "measured rows"}
+        base = dict(id=case_id, source=row.text("silicon_data_source"), model=model_id, system=system,
+                    cluster=SYSTEMS.get(system), engine=engine, measured=measured, tags=tags)
+        try:
+            if system not in SYSTEMS:
+                raise ParplanError(f"no cluster preset for the GPU system {system!r}")
+            model = load_model(model_id)
+            kv = load_engine(engine).default_kv_dtype(moe_q if model.moe else gemm)
+            precision = Precision(gemm=gemm, moe=moe_q, kv_cache=kv)
+            if mode == "aggregated":
+                pool = _pool(row, "", moe=model.moe is not None, workers=False)
+                deployment = Deployment(engine=engine, precision=precision, mode=mode, pool=pool)
+                concurrency = _concurrency(row)
+            else:
+                for role in ("prefill_", "decode_"):
+                    for column in ROLE_COLUMNS:
+                        if role + column not in columns:
+                            raise ConfigError("required column is missing", file=file, field=role + column)
+                prefill = _pool(row, "prefill_", moe=model.moe is not None, workers=True)
+                decode = _pool(row, "decode_", moe=model.moe is not None, workers=True)
+                deployment = Deployment(engine=engine, precision=precision, mode=mode, prefill=prefill,
+                                        decode=decode)
+                concurrency = _concurrency(row)
+            if concurrency is None:
+                raise ParplanError("the concurrency it was measured at is not recorded (silicon_concurrency=N in "
+                                   "silicon_data_source): TTFT depends on it")
+            workload = Workload(isl=isl, osl=osl, concurrency=concurrency)
+            cases.append(Case(deployment=deployment, workload=workload, **base))
+        except ConfigError as e:
+            if e.file:  # the file itself is malformed
+                raise
+            cases.append(Case(deployment=None, workload=None, refused=str(e), **base))
+        except ParplanError as e:
+            cases.append(Case(deployment=None, workload=None, refused=str(e), **base))
+    return cases

@@ -1,0 +1,202 @@
+"""Serving engines (vLLM, SGLang, TensorRT-LLM) as sourced facts, like the training stacks: how each schedules
+(chunked prefill, its token budget, max running requests), how it sizes the KV cache, how MoE tokens move under
+attention DP, and the few global knobs fitted to measured deployments (parplan/data/serving/engines.yaml)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from parplan._input import read_yaml
+from parplan._mapping import dataclass_from_mapping
+from parplan._resources import data_dir
+from parplan.errors import ConfigError, InvalidStrategyError, UnknownPresetError
+from parplan.hardware.spec import GPUSpec
+from parplan.names import A2A_BACKENDS, ENGINES
+from parplan.serving.spec import Pool
+
+MEMORY_MODES = ("total", "free", "reserve")
+MOE_LAYOUTS = ("any", "ep_or_tp")
+DP_ATTENTION_TP = ("any", "one")
+GIB = 2**30
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineKnobs:
+    """The global knobs of an engine, fitted to measured deployments (benchmarks/fit_serving.py); never per
+    deployment."""
+
+    decode_step_ms: float
+    """Host time of a step outside the GPU kernels: scheduling, sampling, launching the CUDA graph, ms."""
+    launch_us: float
+    """Host time to launch one kernel outside CUDA graphs (PyTorch eager dispatch), µs, added to an eager
+    step's GPU work."""
+    graph_kernel_us: float
+    """GPU time lost at each kernel boundary of a replayed CUDA graph (tail, ramp-up; programmatic dependent
+    launch overlaps part of it), µs: the kernel_launch_us of decode steps."""
+    request_ms: float
+    """Time a request spends outside the engine's steps before its first token: HTTP, tokenisation, admission,
+    detokenisation and streaming, ms."""
+    allreduce_us: float
+    """Latency of the engine's small-message all-reduce inside one NVLink domain (custom one-shot kernels, far
+    below NCCL's ring latency), µs. Kept at the published prior, not fitted: SGLang's quick all-reduce takes
+    ~7.2 µs for 2-32 KiB (sglang PR #6619, hardware.md §2.2)."""
+    burst: float
+    """Share of the other requests in flight on a rank that arrive in the same scheduling step as a request and
+    are prefilled with it. A closed loop with equal output lengths stays phase-locked (requests that start
+    together finish together and are replaced together); how tightly depends on the engine's scheduling and
+    streaming jitter."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Engine:
+    name: str
+    label: str
+    versions: str
+    """Engine versions the facts and knobs describe."""
+    chunked_prefill: bool
+    """Whether long prompts are split over several steps (else a prompt is prefilled in one step)."""
+    chunk_tokens: tuple[tuple[float, int], ...]
+    """(GPU memory GiB below which it applies, token budget per step), first match."""
+    budget_counts_decode: bool
+    """Whether the step's token budget includes the decode tokens (vLLM max_num_batched_tokens, TensorRT-LLM
+    max_num_tokens) or covers prefill tokens only (SGLang chunked_prefill_size)."""
+    mixed_batches: bool
+    """Whether one step carries prefill and decode tokens together (else a prefill batch runs alone and the
+    decoding requests wait for it)."""
+    kv_on_demand: bool
+    """Whether KV pages are taken as sequences grow (a resident request holds isl + osl/2 tokens on average) or
+    reserved for the full isl + osl when it is admitted."""
+    max_running: int | None
+    """Default cap on the requests an attention rank runs at once (None: the KV cache decides)."""
+    kv_block_tokens: int
+    """Tokens per KV-cache page."""
+    quantized_kv: bool
+    """Whether the KV cache is fp8 by default when the weights are fp8 or fp4 (TensorRT-LLM takes
+    kv_cache_quant_algo from ModelOpt checkpoints), else it keeps the model's 16-bit type."""
+    memory: str
+    """How the KV cache is sized (MEMORY_MODES)."""
+    memory_fraction: float
+    reserve_gib: float
+    cuda_graph_max_batch: int
+    """Largest decode batch replayed as a CUDA graph."""
+    eager_prefill: bool
+    """Whether steps that carry prefill run eagerly (every kernel launched from Python) or as piecewise CUDA
+    graphs with only attention launched in between (vLLM)."""
+    a2a: str
+    """MoE token exchange under attention DP by default."""
+    deepep: bool
+    """Whether DeepEP's kernels are available for multi-node expert parallelism."""
+    moe_layout: str
+    """Expert layouts it runs (MOE_LAYOUTS): any moe_tp × moe_ep, or only all-EP or all-TP experts."""
+    dp_attention_tp: str
+    """Attention TP inside a DP-attention rank (DP_ATTENTION_TP): any, or only one GPU per rank."""
+    pipeline: bool
+    """Whether it runs pipeline parallelism."""
+    knobs: EngineKnobs
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def default_kv_dtype(self, weights: str) -> str:
+        """The KV-cache format the engine picks when not told, for weights stored as `weights`."""
+        return "fp8" if self.quantized_kv and weights in ("fp8", "fp4") else "bf16"
+
+    def check_pool(self, pool: Pool, role: str = "") -> None:
+        """InvalidStrategyError, naming the rule and the engine, for a layout this engine cannot run."""
+        where = f"{role} pool: " if role else ""
+        gpus = pool.tp * pool.dp
+        if self.moe_layout == "ep_or_tp" and pool.moe_ep not in (1, gpus):
+            raise InvalidStrategyError(
+                f"{where}{self.label} spreads experts over all {gpus} GPUs of a stage (expert parallel) or "
+                f"tensor-shards every expert over them, nothing in between: moe_ep must be 1 or {gpus}, "
+                f"got {pool.moe_ep}")
+        if self.dp_attention_tp == "one" and pool.dp > 1 and pool.tp > 1:
+            raise InvalidStrategyError(
+                f"{where}{self.label}'s attention data parallelism runs one GPU per attention rank: with dp "
+                f"{pool.dp}, tp must be 1 (got {pool.tp})")
+        if not self.pipeline and pool.pp > 1:
+            raise InvalidStrategyError(f"{where}{self.label} does not run pipeline parallelism (pp {pool.pp})")
+
+    def default_chunk_tokens(self, gpu: GPUSpec) -> int:
+        for limit, tokens in self.chunk_tokens:
+            if gpu.hbm_gib < limit:
+                return tokens
+        return self.chunk_tokens[-1][1]
+
+
+def _engine_from(name: str, raw: Any, file: str) -> Engine:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"expected a mapping, got {raw!r}", file=file, field=name)
+    data = dict(raw)
+    knobs = dataclass_from_mapping(EngineKnobs, data.pop("knobs", None), file, f"{name}.knobs")
+    chunks = data.pop("chunk_tokens", None)
+    if (not isinstance(chunks, list) or not chunks
+            or not all(isinstance(c, list) and len(c) == 2 and all(isinstance(v, (int, float)) for v in c)
+                       for c in chunks)):
+        raise ConfigError("expected a list of [GiB limit, tokens] pairs", file=file, field=f"{name}.chunk_tokens")
+    sources = data.pop("sources", {}) or {}
+    max_running = data.pop("max_running", None)
+    if max_running is not None and (not isinstance(max_running, int) or max_running < 1):
+        raise ConfigError("expected a positive integer or null", file=file, field=f"{name}.max_running")
+    spec = dataclass_from_mapping(_EngineFields, data, file, name)
+    if spec.memory not in MEMORY_MODES:
+        raise ConfigError(f"expected one of {', '.join(MEMORY_MODES)}", file=file, field=f"{name}.memory")
+    for key, allowed in (("moe_layout", MOE_LAYOUTS), ("dp_attention_tp", DP_ATTENTION_TP)):
+        if getattr(spec, key) not in allowed:
+            raise ConfigError(f"expected one of {', '.join(allowed)}", file=file, field=f"{name}.{key}")
+    if spec.a2a not in A2A_BACKENDS[1:]:
+        raise ConfigError(f"expected one of {', '.join(A2A_BACKENDS[1:])}", file=file, field=f"{name}.a2a")
+    return Engine(name=name, chunk_tokens=tuple((float(a), int(b)) for a, b in chunks), max_running=max_running,
+                  knobs=knobs, sources={str(k): str(v) for k, v in sources.items()},
+                  **{f: getattr(spec, f) for f in _EngineFields.__dataclass_fields__})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _EngineFields:
+    """The scalar fields of an engine entry, typed for the mapping reader."""
+
+    label: str
+    versions: str
+    chunked_prefill: bool
+    budget_counts_decode: bool
+    mixed_batches: bool
+    kv_on_demand: bool
+    kv_block_tokens: int
+    quantized_kv: bool
+    memory: str
+    memory_fraction: float
+    reserve_gib: float
+    cuda_graph_max_batch: int
+    eager_prefill: bool
+    a2a: str
+    deepep: bool
+    moe_layout: str
+    dp_attention_tp: str
+    pipeline: bool
+
+
+def engines_file() -> Path:
+    return data_dir("serving") / "engines.yaml"
+
+
+def read_engines(path: str | Path) -> dict[str, Engine]:
+    """Every engine of an engines file (the shipped one, or a calibrated copy)."""
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError("expected a mapping of engine name -> facts", file=str(path))
+    return {str(name): _engine_from(str(name), entry, str(path)) for name, entry in raw.items()}
+
+
+@lru_cache(maxsize=1)
+def _shipped() -> dict[str, Engine]:
+    return read_engines(engines_file())
+
+
+def load_engine(name: str | Engine) -> Engine:
+    if isinstance(name, Engine):
+        return name
+    engines = _shipped()
+    if name not in engines:
+        raise UnknownPresetError("engine", name, ENGINES)
+    return engines[name]

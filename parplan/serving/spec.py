@@ -1,0 +1,281 @@
+"""What is served and how: a serving deployment and the workload it serves, as typed, frozen values.
+
+A deployment is a model on a cluster in some precision, run by an engine (vLLM, SGLang, TensorRT-LLM), either
+*aggregated* (instances that prefill and decode, continuous batching with chunked prefill) or *disaggregated*
+(a prefill pool and a decode pool, each with its own layout, batch and worker count, the KV cache moving
+between them). One instance ("worker") of a pool is tp × pp × dp GPUs: dp attention data-parallel ranks of tp
+tensor-parallel GPUs each, pp pipeline stages; its MoE layers run as moe_tp × moe_ep over the same tp × dp GPUs
+(aiconfigurator's convention: GPUs per worker = tp·pp·dp = moe_tp·moe_ep·pp).
+
+Conventions (``reference/serving.md`` §3): TTFT is the time from a request's arrival to its first output
+token; TPOT is the mean time between its later tokens, (request latency − TTFT) / (OSL − 1), as aiperf and
+aiconfigurator define it; request latency = TTFT + (OSL − 1)·TPOT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from parplan.errors import ConfigError, InvalidStrategyError
+from parplan.hardware.spec import ClusterSpec
+from parplan.models.spec import ModelSpec
+from parplan.names import A2A_BACKENDS, ENGINES, KV_DTYPES, MODES, WEIGHT_DTYPES
+
+if TYPE_CHECKING:
+    from parplan.serving.engines import Engine
+
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Precision:
+    """Number formats of a deployment."""
+
+    gemm: str = "bf16"
+    """Attention and dense-MLP linears (bf16, fp8, fp4, int4)."""
+    moe: str = "bf16"
+    """Routed experts (bf16, fp8, fp4, int4)."""
+    kv_cache: str = "bf16"
+    """KV cache elements (bf16, fp8, fp4)."""
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("gemm", WEIGHT_DTYPES), ("moe", WEIGHT_DTYPES), ("kv_cache", KV_DTYPES)):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"unknown format {getattr(self, name)!r}; known: {', '.join(allowed)}",
+                                  field=f"precision.{name}")
+
+    @classmethod
+    def parse(cls, text: str) -> Precision:
+        """'fp8' (weights and KV cache), 'fp4' (fp4 weights, fp8 KV cache), or 'gemm=fp8,moe=fp4,kv_cache=fp8'."""
+        if "=" not in text:
+            kv = {"fp4": "fp8", "int4": "bf16"}.get(text, text)
+            return cls(gemm=text, moe=text, kv_cache=kv)
+        parts = {}
+        for item in text.split(","):
+            key, _, value = item.partition("=")
+            if key.strip() not in ("gemm", "moe", "kv_cache"):
+                raise ConfigError(f"unknown part {key!r}; use gemm=, moe= and kv_cache=", field="precision")
+            parts[key.strip()] = value.strip()
+        return cls(**parts)
+
+    def describe(self) -> str:
+        if self.gemm == self.moe:
+            return f"{self.gemm} weights, {self.kv_cache} KV cache"
+        return f"{self.gemm} linears, {self.moe} experts, {self.kv_cache} KV cache"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pool:
+    """The layout of one worker (instance) of a pool, and how many of them run."""
+
+    tp: int = 1
+    """Attention tensor parallelism (also dense-MLP and shared-expert TP)."""
+    pp: int = 1
+    """Pipeline stages."""
+    dp: int = 1
+    """Attention data-parallel ranks per worker (DP attention); each holds its own requests and KV cache."""
+    moe_tp: int | None = None
+    """Tensor parallelism inside each routed expert; default tp·dp / moe_ep."""
+    moe_ep: int = 1
+    """Expert parallelism: GPUs the routed experts are spread over."""
+    workers: int = 1
+    """Instances of this layout."""
+    batch: int | None = None
+    """Requests per attention rank the engine runs at once (max running requests); None = as many as the
+    KV cache holds."""
+    redundant_experts: int = 0
+    """Extra expert replicas (EPLB) spread over the EP group."""
+    a2a: str = "auto"
+    """MoE token exchange under attention DP (A2A_BACKENDS)."""
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "moe_ep", "workers"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"must be >= 1, got {getattr(self, name)}", field=name)
+        if self.moe_tp is not None and self.moe_tp < 1:
+            raise ConfigError(f"must be >= 1, got {self.moe_tp}", field="moe_tp")
+        if self.batch is not None and self.batch < 1:
+            raise ConfigError(f"must be >= 1, got {self.batch}", field="batch")
+        if self.redundant_experts < 0:
+            raise ConfigError("must be >= 0", field="redundant_experts")
+        if self.a2a not in A2A_BACKENDS:
+            raise ConfigError(f"unknown backend {self.a2a!r}; known: {', '.join(A2A_BACKENDS)}", field="a2a")
+        if self.moe_tp is None:
+            if (self.tp * self.dp) % self.moe_ep:
+                raise InvalidStrategyError(f"moe_ep {self.moe_ep} must divide the tp·dp = {self.tp * self.dp} GPUs "
+                                           "of a pipeline stage")
+            object.__setattr__(self, "moe_tp", self.tp * self.dp // self.moe_ep)
+        elif self.moe_tp * self.moe_ep != self.tp * self.dp:
+            raise InvalidStrategyError(f"moe_tp·moe_ep = {self.moe_tp}·{self.moe_ep} must equal the tp·dp = "
+                                       f"{self.tp * self.dp} GPUs of a pipeline stage")
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one worker."""
+        return self.tp * self.pp * self.dp
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus * self.workers
+
+    @property
+    def attention_ranks(self) -> int:
+        """Attention DP ranks over all workers: the units that hold requests."""
+        return self.dp * self.workers
+
+    def describe(self) -> str:
+        parts = [f"tp{self.tp}"]
+        if self.pp > 1:
+            parts.append(f"pp{self.pp}")
+        if self.dp > 1:
+            parts.append(f"dp{self.dp}")
+        if self.moe_ep > 1 or (self.moe_tp or 1) != self.tp * self.dp:
+            parts.append(f"moe tp{self.moe_tp}×ep{self.moe_ep}")
+        text = " ".join(parts)
+        if self.workers > 1:
+            text = f"{self.workers}× ({text})"
+        return text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    """The requests a deployment serves."""
+
+    isl: int
+    """Input (prompt) tokens per request."""
+    osl: int
+    """Output tokens per request."""
+    concurrency: int | None = None
+    """Requests in flight (a closed loop: each finished request is replaced at once), over the whole deployment."""
+    rate: float | None = None
+    """Arriving requests per second (an open loop); exactly one of concurrency and rate."""
+    prefix_hit: float = 0.0
+    """Share of the input tokens found in the prefix cache (not prefilled again)."""
+    mtp: int = 0
+    """Speculative tokens drafted per step (MTP / EAGLE); 0 = off."""
+    acceptance: float = 0.0
+    """Chance that each drafted token is accepted (DeepSeek-V3 §5.4.3: 85-90% for the second token)."""
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("isl", self.isl >= 1, f"must be >= 1, got {self.isl}"),
+            ("osl", self.osl >= 1, f"must be >= 1, got {self.osl}"),
+            ("prefix_hit", 0.0 <= self.prefix_hit < 1.0, f"must lie in [0, 1), got {self.prefix_hit}"),
+            ("mtp", self.mtp >= 0, "must be >= 0"),
+            ("acceptance", 0.0 <= self.acceptance < 1.0, f"must lie in [0, 1), got {self.acceptance}"),
+            ("concurrency", (self.concurrency is None) != (self.rate is None),
+             "give exactly one of concurrency and rate"),
+            ("concurrency", self.concurrency is None or self.concurrency >= 1, "must be >= 1"),
+            ("rate", self.rate is None or self.rate > 0, "must be > 0"),
+        ]
+        for name, ok, why in checks:
+            if not ok:
+                raise ConfigError(why, field=name)
+
+    @property
+    def prefill_tokens(self) -> int:
+        """Input tokens a request prefills after the prefix cache: at least the last one (it makes the first
+        output token)."""
+        return max(1, round(self.isl * (1.0 - self.prefix_hit)))
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Output tokens a sequence gains per decode step with speculative decoding: the bonus token plus the
+        accepted prefix of the drafts, 1 + a + a² + … + aⁿ (each draft kept only if all before it were)."""
+        a = self.acceptance
+        return float(sum(a**i for i in range(self.mtp + 1)))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Deployment:
+    """One serving deployment: engine, precision and the pools."""
+
+    engine: str
+    precision: Precision
+    mode: str = "aggregated"
+    pool: Pool | None = None
+    """The aggregated instances."""
+    prefill: Pool | None = None
+    """Disaggregated prefill pool."""
+    decode: Pool | None = None
+    """Disaggregated decode pool."""
+    chunk_tokens: int | None = None
+    """Prefill tokens per step (vLLM max_num_batched_tokens, SGLang chunked_prefill_size, TensorRT-LLM
+    max_num_tokens); None = the engine's default."""
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ConfigError(f"unknown engine {self.engine!r}; known: {', '.join(ENGINES)}", field="engine")
+        if self.mode not in MODES:
+            raise ConfigError(f"unknown mode {self.mode!r}; known: {', '.join(MODES)}", field="mode")
+        if self.mode == "aggregated" and (self.pool is None or self.prefill or self.decode):
+            raise ConfigError("an aggregated deployment has one pool (and no prefill/decode pools)", field="pool")
+        if self.mode == "disaggregated" and (self.prefill is None or self.decode is None or self.pool):
+            raise ConfigError("a disaggregated deployment has a prefill and a decode pool", field="prefill")
+        if self.chunk_tokens is not None and self.chunk_tokens < 1:
+            raise ConfigError("must be >= 1", field="chunk_tokens")
+
+    @property
+    def pools(self) -> tuple[Pool, ...]:
+        return (self.pool,) if self.pool else (self.prefill, self.decode)  # type: ignore[return-value]
+
+    @property
+    def gpus(self) -> int:
+        return sum(p.total_gpus for p in self.pools)
+
+    def describe(self) -> str:
+        if self.pool:
+            return f"aggregated {self.pool.describe()}"
+        return f"prefill {self.prefill.describe()} + decode {self.decode.describe()}"  # type: ignore[union-attr]
+
+
+def check_pool(model: ModelSpec, cluster: ClusterSpec, pool: Pool, precision: Precision, role: str = "") -> None:
+    """A layout the engines can run on this model and cluster, else InvalidStrategyError naming the rule."""
+    a = model.attention
+    where = f"{role} pool: " if role else ""
+    rules = [
+        (a.heads % pool.tp == 0, f"tp {pool.tp} must divide the {a.heads} attention heads"),
+        (a.mla is not None or a.kv_heads % pool.tp == 0 or pool.tp % a.kv_heads == 0,
+         f"tp {pool.tp} and the {a.kv_heads} KV heads must divide one another (KV heads are split or replicated)"),
+        (model.layers % pool.pp == 0, f"pp {pool.pp} must divide the {model.layers} layers"),
+        (model.mlp.ffn % pool.tp == 0 or model.dense_layers == 0, f"tp {pool.tp} must divide the MLP width "
+                                                                   f"{model.mlp.ffn}"),
+    ]
+    if a.linear is not None:
+        rules.append((a.linear.value_heads % pool.tp == 0 and a.linear.key_heads % pool.tp == 0,
+                      f"tp {pool.tp} must divide the linear-attention heads"))
+    moe = model.moe
+    if moe is None:
+        rules.append((pool.moe_ep == 1, "a dense model has no experts to spread (moe_ep must be 1)"))
+    else:
+        slots = moe.experts + pool.redundant_experts
+        rules += [
+            (slots % pool.moe_ep == 0, f"moe_ep {pool.moe_ep} must divide the {moe.experts} experts"
+                                       + (f" + {pool.redundant_experts} redundant" if pool.redundant_experts else "")),
+            (moe.expert_ffn % (pool.moe_tp or 1) == 0, f"moe_tp {pool.moe_tp} must divide the expert width "
+                                                       f"{moe.expert_ffn}"),
+        ]
+    if pool.redundant_experts and (moe is None or pool.moe_ep == 1):
+        rules.append((False, "redundant experts need expert parallelism (moe_ep > 1)"))
+    for dtype in {precision.gemm, precision.moe}:
+        if dtype == "fp8" and not cluster.gpu.supports_fp8:
+            rules.append((False, f"{cluster.gpu.name} has no fp8 tensor cores"))
+    if precision.kv_cache == "fp4" and not cluster.gpu.supports_fp4:
+        rules.append((False, f"{cluster.gpu.name} has no fp4 tensor cores for an fp4 KV cache"))
+    for ok, why in rules:
+        if not ok:
+            raise InvalidStrategyError(where + why)
+
+
+def check_deployment(model: ModelSpec, cluster: ClusterSpec, deployment: Deployment, workload: Workload,
+                     engine: Engine | None = None) -> None:
+    """Every pool runnable (by the engine too, when given) and the workload within the model's context."""
+    roles = (("", deployment.pool),) if deployment.mode == "aggregated" else (
+        ("prefill", deployment.prefill), ("decode", deployment.decode))
+    for role, pool in roles:
+        check_pool(model, cluster, pool, deployment.precision, role)  # type: ignore[arg-type]
+        if engine is not None:
+            engine.check_pool(pool, role)  # type: ignore[arg-type]
+    if workload.isl + workload.osl > model.max_position:
+        raise ConfigError(f"isl + osl = {workload.isl + workload.osl} exceeds the model's context of "
+                          f"{model.max_position} tokens", field="isl")

@@ -1,0 +1,231 @@
+"""Stack presets and stack YAML files.
+
+A stack file has the preset schema (see parplan/data/stacks/megatron-core.yaml)::
+
+    name: my-stack
+    base: torchtitan          # optional: start from a preset and override what differs
+    description: "..."
+    kernels: {fused_ops, attention, compile_scope, compile, cuda_graphs, host_us_per_kernel, compute_scale}
+    communication: {grad_reduce_bytes, reshard_after_forward, reshard_under_pp, zero3_bucket_params, tp_style,
+                    zero3_overlaps_tp}
+    recompute: {none: none, selective: op_sac, full: full}    # name -> what it recomputes
+    runs: {exporter, parallelism, zero, schedules, precisions}   # exporter: megatron, torchtitan@0.3.0, ...
+    memory: {}
+    sources: {kernels.attention: "where the value comes from", ...}
+    fit: {...}                # written by `parplan calibrate --stack`
+
+Every field is checked: an unknown or missing field, a value of the wrong type or outside its choices is a
+ConfigError naming the file and the field. A fact a user file sets without a source is attributed to the
+file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from parplan._input import read_yaml
+from parplan._resources import data_dir
+from parplan.errors import ConfigError, UnknownPresetError
+from parplan.names import DEFAULT_STACK, FRAMEWORKS
+from parplan.planner.strategy import PRECISIONS, RECOMPUTE, SCHEDULES
+from parplan.stacks.spec import (
+    ATTENTION_KERNELS,
+    COMPILE_SCOPES,
+    FUSED_OPS,
+    RECOMPUTE_KINDS,
+    TP_STYLES,
+    Communication,
+    Kernels,
+    Memory,
+    Runs,
+    StackSpec,
+)
+
+_TOP = {"name", "base", "description", "kernels", "communication", "recompute", "runs", "memory", "sources", "fit"}
+_SECTIONS: dict[str, type] = {"kernels": Kernels, "communication": Communication, "runs": Runs, "memory": Memory}
+_CHOICES: dict[str, tuple[object, ...]] = {
+    "kernels.attention": ATTENTION_KERNELS,
+    "kernels.fused_ops": FUSED_OPS,
+    "kernels.compile_scope": COMPILE_SCOPES,
+    "communication.tp_style": TP_STYLES,
+    "communication.grad_reduce_bytes": (2, 4),
+    "runs.parallelism": ("tp", "pp", "cp", "ep"),
+    "runs.zero": (0, 1, 2, 3),
+    "runs.schedules": SCHEDULES,
+    "runs.precisions": PRECISIONS,
+}
+"""Allowed values of the fields that take one of a list (each element, for tuples)."""
+
+
+def stack_names() -> list[str]:
+    return sorted(p.stem for p in data_dir("stacks").glob("*.yaml"))
+
+
+def _mapping(value: Any, file: str, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"expected a mapping, got {value!r}", file=file, field=field)
+    return value
+
+
+def _typed(value: Any, kind: str, file: str, path: str) -> Any:
+    """`value` checked against a field's annotation (bool is never a number)."""
+    def bad() -> ConfigError:
+        return ConfigError(f"wrong type: {value!r} (expected {kind})", file=file, field=path)
+
+    if kind.endswith("| None") and value is None:
+        return None
+    base = kind.removesuffix(" | None")
+    if base == "bool":
+        if not isinstance(value, bool):
+            raise bad()
+    elif base == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad()
+    elif base == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad()
+        value = float(value)
+    elif base == "str":
+        if not isinstance(value, str):
+            raise bad()
+    elif base.startswith("tuple["):
+        if not isinstance(value, list):
+            raise bad()
+        inner = base[len("tuple["):].split(",")[0]
+        value = tuple(_typed(v, inner, file, path) for v in value)
+    choices = _CHOICES.get(path)
+    if choices is not None:
+        for v in value if isinstance(value, tuple) else (value,):
+            if v not in choices:
+                raise ConfigError(f"{v!r} is not one of {', '.join(map(str, choices))}", file=file, field=path)
+    return value
+
+
+def _section(cls: type, raw: Any, file: str, section: str) -> Any:
+    raw = _mapping(raw, file, section)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in fields:
+            allowed = ", ".join(fields) or "none yet"
+            raise ConfigError(f"unknown field; allowed: {allowed}", file=file, field=f"{section}.{key}")
+    kw = {}
+    for name, f in fields.items():
+        if name not in raw:
+            raise ConfigError("required field is missing", file=file, field=f"{section}.{name}")
+        kw[name] = _typed(raw[name], str(f.type), file, f"{section}.{name}")
+    return cls(**kw)
+
+
+def _recompute(raw: Any, file: str) -> dict[str, str]:
+    raw = _mapping(raw, file, "recompute")
+    out = {}
+    for name, kind in raw.items():
+        if name not in RECOMPUTE:
+            raise ConfigError(f"unknown recompute name; known: {', '.join(RECOMPUTE)}", file=file,
+                              field=f"recompute.{name}")
+        if kind not in RECOMPUTE_KINDS:
+            raise ConfigError(f"{kind!r} is not one of {', '.join(RECOMPUTE_KINDS)}", file=file,
+                              field=f"recompute.{name}")
+        out[name] = kind
+    if out.get("none", "none") != "none":
+        raise ConfigError("'none' recomputes nothing in every stack", file=file, field="recompute.none")
+    out.setdefault("none", "none")
+    return out
+
+
+def _check_exporter(exporter: str | None, file: str) -> None:
+    """runs.exporter names a launch-settings writer (parplan.names.FRAMEWORKS): "torchtitan" for the rules of
+    every version it writes for, "torchtitan@0.3.0" for one (parplan.export.targets)."""
+    if exporter is None:
+        return
+    name, _, version = exporter.partition("@")
+    if name not in FRAMEWORKS:
+        raise ConfigError(f"{exporter!r} is not one of {', '.join(FRAMEWORKS)} (or name@version), or null",
+                          file=file, field="runs.exporter")
+    if version:
+        from parplan.export import targets
+
+        try:
+            targets(exporter)
+        except ConfigError as e:
+            raise ConfigError(str(e).removeprefix("field 'framework': "), file=file, field="runs.exporter") from None
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _paths(data: dict[str, Any]) -> list[str]:
+    """Fact paths a file sets (section.field)."""
+    return [f"{section}.{key}" for section in (*_SECTIONS, "recompute") if isinstance(data.get(section), dict)
+            for key in data[section]]
+
+
+def stack_from_dict(data: Any, *, file: str) -> StackSpec:
+    """A StackSpec from a stack file's mapping (a preset's, or a user file on top of its `base`)."""
+    data = _mapping(data, file, "top level")
+    for key in data:
+        if key not in _TOP:
+            raise ConfigError(f"unknown field; allowed: {', '.join(sorted(_TOP))}", file=file, field=key)
+    own_sources = _mapping(data.get("sources") or {}, file, "sources")
+    if data.get("base") is not None:
+        base_name = str(data["base"])
+        if base_name not in stack_names():
+            raise UnknownPresetError("stack", base_name, stack_names())
+        base = read_yaml(data_dir("stacks") / f"{base_name}.yaml")
+        inherited = {k: v for k, v in base.get("sources", {}).items()}
+        for path in _paths(data):
+            inherited[path] = own_sources.get(path, f"set in {file}")
+        data = _merge({k: v for k, v in base.items() if k != "fit"},
+                      {k: v for k, v in data.items() if k not in ("base", "sources")})
+        data["sources"] = {**inherited, **own_sources}
+    for key in ("name", "kernels", "communication", "recompute", "runs"):
+        if data.get(key) is None:
+            raise ConfigError("required field is missing", file=file, field=key)
+    sections = {name: _section(cls, data.get(name) or {} if name == "memory" else data[name], file, name)
+                for name, cls in _SECTIONS.items()}
+    _check_exporter(sections["runs"].exporter, file)
+    sources = _mapping(data.get("sources") or {}, file, "sources")
+    return StackSpec(
+        name=str(data["name"]), description=str(data.get("description", "")),
+        recompute=_recompute(data["recompute"], file), sources={str(k): str(v) for k, v in sources.items()},
+        fit=_mapping(data.get("fit") or {}, file, "fit"), source=file, **sections,
+    )
+
+
+@lru_cache(maxsize=16)
+def _preset(name: str) -> StackSpec:
+    path = data_dir("stacks") / f"{name}.yaml"
+    return stack_from_dict(read_yaml(path), file=str(path))
+
+
+def load_stack(name_or_path: str | Path | StackSpec | None = None, *, compile: bool | None = None) -> StackSpec:
+    """Resolve a preset name (case-insensitive), a stack YAML file or a StackSpec (None: the default stack);
+    `compile` switches compilation on or off (None: the stack's default)."""
+    if isinstance(name_or_path, StackSpec):
+        spec = name_or_path
+    else:
+        text = DEFAULT_STACK if name_or_path is None else str(name_or_path)
+        if text.lower() in stack_names():
+            spec = _preset(text.lower())
+        else:
+            path = Path(text).expanduser()
+            if path.is_file():
+                spec = stack_from_dict(read_yaml(path), file=str(path))
+            elif path.suffix in (".yaml", ".yml") or "/" in text:
+                raise ConfigError("no such file", file=text)
+            else:
+                raise UnknownPresetError("stack", text, stack_names())
+    if compile and spec.kernels.compile_scope == "none":
+        raise ConfigError(f"stack {spec.name} has no compile path (kernels.compile_scope is none); drop --compile",
+                          field="compile")
+    if compile is False and spec.kernels.compile_scope == "program":
+        raise ConfigError(f"stack {spec.name} always runs compiled (XLA compiles the whole step); drop --no-compile",
+                          field="compile")
+    return spec.with_compile(compile)

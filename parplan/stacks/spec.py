@@ -1,0 +1,191 @@
+"""What the user runs: a training stack (framework and the settings of it that change cost).
+
+A `StackSpec` is a set of physical facts about how a framework executes a layout, each with its source in
+that framework's code or documentation (`StackSpec.sources`, keyed by the fact's path such as
+``kernels.attention``). The cost model reads them through `Ctx.stack`; nothing in a stack is a per-run
+factor. Presets live in parplan/data/stacks/ (one YAML file each); a user's stack file names a preset as
+`base` and overrides what differs, like a cluster file (presets.py).
+
+The sections:
+
+- `kernels`: how the layer's work becomes GPU kernels (fused or eager element-wise ops, the attention
+  kernel generation, torch.compile, CUDA graphs, the host time per launched kernel);
+- `communication`: what the collectives carry and what hides them (gradient reduce dtype, parameter
+  passes of a sharded data-parallel group, prefetch depth, whether TP communication can overlap);
+- `recompute`: what each recompute name of `Strategy.recompute` means in this stack;
+- `runs`: which layouts the stack can run at all (the planner searches only those);
+- `memory`: the stack's memory facts (optimizer state dtypes, master weights, gradient buffers, allocator,
+  offload) for the memory model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+ATTENTION_KERNELS = ("fa2", "fa3", "cudnn")
+"""Flash-attention kernel generations: fa2 (FlashAttention-2 and PyTorch SDPA's flash backend, one design
+for every GPU since Ampere), fa3 (FlashAttention-3, Hopper warp-specialised), cudnn (cuDNN's fused
+attention, what Transformer Engine and XLA pick on Hopper and Blackwell)."""
+
+FUSED_OPS = ("norm", "rope", "activation")
+"""The element-wise ops of a layer whose kernels a stack may fuse: the norms (RMSNorm/LayerNorm), the rotary
+embedding of q and k, and the MLP activation function (SwiGLU's silu·up, GeLU)."""
+
+COMPILE_SCOPES = ("none", "block", "model", "program")
+"""What torch.compile (or XLA) covers when compilation is on: none (the stack has no compile path), block
+(each transformer block compiled on its own; everything between blocks stays eager), model (the whole
+model forward), program (XLA: the whole training step is one compiled program, always on)."""
+
+COMPILE_SWITCHABLE = ("block", "model")
+"""Compile scopes a user can switch on and off (torch.compile); "none" has nothing to compile and XLA's
+"program" always compiles."""
+
+TP_STYLES = ("megatron", "dtensor")
+"""How a stack runs tensor parallelism: megatron (Megatron-Core/TE: the backward re-gathers the
+sequence-parallel input and overlaps it with the data-gradient GEMM; --tp-comm-overlap hides the rest),
+dtensor (PyTorch DTensor TP: each collective sits between dependent ops and nothing overlaps, unless async
+TP is on, which is `Strategy.tp_overlap`)."""
+
+RECOMPUTE_KINDS = ("none", "core_attention", "modules", "full", "op_sac", "save_dot_except_mlpwi", "save_qkv_proj")
+"""What a recompute setting recomputes in backward (planner/recompute.py writes each one out): none;
+core_attention (the attention core, Megatron's selective, Korthikanti 2022); modules (Megatron
+--recompute-modules: core attention, norms, the MoE activation and MLA's up-projections); full (every layer
+from its input, its communication included); op_sac (torchtitan's per-op selective checkpointing: every
+second matmul of a block and its element-wise ops; the attention core is saved); save_dot_except_mlpwi and
+save_qkv_proj (MaxText remat policies: everything but the named projections' outputs is recomputed). The
+first four keep the codes of `strategy.RECOMPUTE` so that Megatron-Core's names map onto themselves."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Kernels:
+    """How a layer's work becomes GPU kernels."""
+
+    fused_ops: tuple[str, ...]
+    """Element-wise ops (of FUSED_OPS) that run as fused kernels without compilation (Transformer Engine,
+    Apex, Triton, flash-attn's rotary): one HBM read and write per tensor. The others run as eager PyTorch
+    ops, one kernel and one HBM round trip each (fp32 upcasts included), unless compilation covers them."""
+    attention: str
+    """Flash-attention kernel generation the stack calls (one of ATTENTION_KERNELS)."""
+    compile_scope: str
+    """What compilation covers when it is on (one of COMPILE_SCOPES)."""
+    compile: bool
+    """Whether compilation is on (the stack's default; `--compile/--no-compile` sets it). Compiled regions
+    fuse their element-wise ops into the neighbouring kernels."""
+    cuda_graphs: bool
+    """Kernels are replayed from captured CUDA graphs: the host launches a graph, not each kernel."""
+    host_us_per_kernel: float
+    """CPU time to dispatch one kernel from eager Python, microseconds (PyTorch op dispatch plus the
+    launch); the GPU starves when its work per kernel is shorter. A calibrated knob."""
+    compute_scale: float
+    """Throughput of the stack's GEMM and attention kernels relative to the GPU's measured curves (cuBLAS and
+    the attention kernel's own figures), 1.0 = as measured. A calibrated knob: the stack's residual kernel
+    efficiency its public runs show."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Communication:
+    """What the collectives of a step carry and what hides them."""
+
+    grad_reduce_bytes: int
+    """Bytes per gradient element in the data-parallel reduction: 4 (fp32) or 2 (bf16)."""
+    reshard_after_forward: bool
+    """A fully sharded (ZeRO-3) data-parallel group frees the gathered parameters after each block's
+    forward and gathers them again for its backward: three passes over the parameters per step (gather,
+    gather, reduce-scatter) instead of two."""
+    reshard_under_pp: bool
+    """Whether that re-gather also happens with a pipeline (False: the gathered parameters stay for the
+    micro-batches' backward, ZeRO-2-like)."""
+    zero3_bucket_params: float
+    """ZeRO-3 splits each pass over the parameters into collectives of at most this many parameters (and at
+    least one per transformer block); 0: one collective per block, the unit FSDP wraps and prefetches one
+    ahead of the block computing."""
+    tp_style: str
+    """How tensor parallelism communicates (one of TP_STYLES)."""
+    zero3_overlaps_tp: bool
+    """ZeRO-3's gathers and reduce-scatters still overlap compute when the layer is also tensor-parallel
+    (False: they are exposed, as in FSDP2 composed with DTensor TP)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Runs:
+    """Which layouts the stack can run (the planner searches only these; `explain` refuses the rest)."""
+
+    exporter: str | None
+    """The launch-settings writer of parplan.export whose support rules also apply (None: none): a framework
+    name, whose every version's rules apply (what all the versions parplan writes for can run), or
+    "name@version" for one version's (export.targets)."""
+    parallelism: tuple[str, ...]
+    """Parallel dimensions that may exceed 1, of tp, pp, cp, ep (data parallelism always may)."""
+    zero: tuple[int, ...]
+    """ZeRO stages (0 DDP, 1 sharded optimizer states, 2 + gradients, 3 + parameters)."""
+    schedules: tuple[str, ...]
+    """Pipeline schedules (strategy.SCHEDULES)."""
+    precisions: tuple[str, ...]
+    """GEMM precisions (strategy.PRECISIONS)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """The stack's memory facts (optimizer state dtypes, master weights, gradient buffer dtype, allocator
+    behaviour, offload), read by the memory model; issue #13 fills this section. Stack files carry it as
+    `memory:`, validated like the other sections."""
+
+
+FACT_SECTIONS = ("kernels", "communication", "runs")
+"""Sections whose every field is a fact that needs a source."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StackSpec:
+    """A training stack: the facts of a framework that change the cost of a layout."""
+
+    name: str
+    description: str
+    kernels: Kernels
+    communication: Communication
+    recompute: dict[str, str]
+    """Recompute name (strategy.RECOMPUTE) -> what it recomputes in this stack (one of RECOMPUTE_KINDS); a
+    name the stack lacks cannot be run."""
+    runs: Runs
+    memory: Memory = field(default_factory=Memory)
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    """Fact path (``kernels.attention``, ``recompute.selective``, ...) -> where its value comes from."""
+    fit: dict[str, object] = field(default_factory=dict, compare=False)
+    """What `parplan calibrate` fitted into this stack: the knobs, the runs and their residuals."""
+    source: str = field(default="", compare=False)
+    """Preset name or file path."""
+
+    def with_compile(self, on: bool | None) -> StackSpec:
+        """The stack with compilation switched on or off (None: its default)."""
+        if on is None or on == self.kernels.compile:
+            return self
+        return dataclasses.replace(self, kernels=dataclasses.replace(self.kernels, compile=on))
+
+    @property
+    def compiled(self) -> bool:
+        """Compilation is on and the stack has something to compile."""
+        return self.kernels.compile and self.kernels.compile_scope != "none"
+
+    def facts(self) -> list[tuple[str, object, str]]:
+        """(path, value, source) of every fact, in file order."""
+        out: list[tuple[str, object, str]] = []
+        for section in ("kernels", "communication", "runs"):
+            for f in dataclasses.fields(getattr(self, section)):
+                path = f"{section}.{f.name}"
+                out.append((path, getattr(getattr(self, section), f.name), self.sources.get(path, "")))
+        for name, kind in self.recompute.items():
+            path = f"recompute.{name}"
+            out.append((path, kind, self.sources.get(path, "")))
+        for f in dataclasses.fields(self.memory):
+            path = f"memory.{f.name}"
+            out.append((path, getattr(self.memory, f.name), self.sources.get(path, "")))
+        return out
+
+    def summary(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "facts": {path: {"value": value, "source": source} for path, value, source in self.facts()},
+            "fit": dict(self.fit),
+        }

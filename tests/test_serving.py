@@ -1,0 +1,240 @@
+"""The serving cost model: KV cache, a decode step against a hand roofline, the steady state of continuous
+batching, scalar == vectorised, memory, rate (open loop), and bad input. Expected numbers are hand calculations
+from the model configs (data/models/hub) and datasheet figures in the presets, written out in each test."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from parplan.errors import ConfigError, InvalidStrategyError
+from parplan.hardware import load_cluster
+from parplan.models import load_model
+from parplan.serving import kvcache
+from parplan.serving.engines import load_engine
+from parplan.serving.evaluate import Traffic, evaluate_aggregated, serve_evaluate
+from parplan.serving.layout import PoolArrays
+from parplan.serving.memory import weight_bytes
+from parplan.serving.spec import Deployment, Pool, Precision, Workload
+from parplan.serving.step import StepModel
+
+LLAMA70 = "meta-llama/Llama-3.1-70B"
+DSV3 = "deepseek-ai/DeepSeek-V3"
+GPTOSS = "openai/gpt-oss-120b"
+
+
+# ---- KV cache ----------------------------------------------------------------------------------------------
+
+def test_kv_bytes_llama70b_gqa():
+    """Llama 3.1 70B: 80 layers × K and V × 8 KV heads × 128 × 2 bytes = 327,680 bytes per token in bf16."""
+    m = load_model(LLAMA70)
+    assert kvcache.kv_bytes_per_token(m, "bf16") == 80 * 2 * 8 * 128 * 2 == 327_680
+    assert kvcache.kv_bytes_per_token(m, "fp8") == 163_840
+    # TP8 splits the 8 KV heads one per rank; TP16 cannot split further: each rank keeps one head.
+    assert float(kvcache.tp_share(m, 8)) == pytest.approx(1 / 8)
+    assert float(kvcache.tp_share(m, 16)) == pytest.approx(1 / 8)
+
+
+def test_kv_bytes_deepseek_v3_mla_latent():
+    """DeepSeek-V3: 61 layers × (kv_lora_rank 512 + qk_rope_head_dim 64) × 2 bytes = 70,272 bytes per token,
+    the same on every TP rank (the latent is shared by all heads)."""
+    m = load_model(DSV3)
+    assert kvcache.kv_bytes_per_token(m, "bf16") == 61 * (512 + 64) * 2 == 70_272
+    assert float(kvcache.tp_share(m, 8)) == 1.0
+
+
+def test_kv_bytes_gpt_oss_sliding_window():
+    """gpt-oss-120b: 18 full layers grow by 2 × 8 × 64 × 2 = 2,048 bytes per token each; the 18 sliding layers
+    keep at most 128 tokens. A 10,000-token sequence: 18·10,000·2,048 + 18·128·2,048 bytes (not 36·10,000·2,048,
+    the 1.996× overcharge aiconfigurator PR #1537 fixed)."""
+    m = load_model(GPTOSS)
+    assert kvcache.kv_bytes_per_token(m, "bf16") == 18 * 2048
+    expect = 18 * 10_000 * 2048 + 18 * 128 * 2048
+    assert float(kvcache.sequence_bytes(m, "bf16", 10_000)) == expect
+    assert 36 * 10_000 * 2048 / expect == pytest.approx(1.98, abs=0.01)
+
+
+def test_kv_pages_round_up():
+    """vLLM pages of 16 tokens: a 1,000-token sequence holds 63 pages = 1,008 tokens of cache."""
+    m = load_model(LLAMA70)
+    one_page = float(kvcache.gpu_sequence_bytes(m, "bf16", 1000, 1, 1, 16))
+    assert one_page == 1008 * 327_680
+
+
+# ---- one decode step against a hand roofline ---------------------------------------------------------------
+
+def test_decode_step_hand_roofline():
+    """Llama 3.1 8B, bf16, one H100, one sequence with 1,024 cached tokens. A decode step streams every weight
+    but the input embedding (8,030,261,248 − 128,256·4,096 parameters, 2 bytes each) and the KV cache
+    (32 layers × 1,024 tokens × 2 × 8 × 128 × 2 bytes) through HBM at 3.35 TB/s × 0.85, and each of its
+    129 GEMMs (4 per layer and the LM head) and 32 attention kernels pays the 4 µs kernel cost."""
+    m = load_model("meta-llama/Llama-3.1-8B-Instruct")
+    cl = load_cluster("h100")
+    engine = dataclasses.replace(load_engine("vllm"), knobs=dataclasses.replace(
+        load_engine("vllm").knobs, graph_kernel_us=4.0))
+    sm = StepModel(m, cl, engine, Precision(), PoolArrays.from_pools([Pool(tp=1)]))
+    step = sm.step(np.array([1.0]), np.array([1024.0]), 0.0, 0.0, 0.0)
+    weights = (8_030_261_248 - 128_256 * 4096) * 2
+    kv = 32 * 1024 * 2 * 8 * 128 * 2
+    bw = 3.35e12 * 0.85
+    hand = (weights + kv) / bw + (129 + 32) * 4e-6
+    gpu = float(step.linears[0] + step.attention[0])
+    assert gpu == pytest.approx(hand, rel=0.01)
+
+
+# ---- steady state ------------------------------------------------------------------------------------------
+
+def _agg(model: str, cluster: str, engine: str, pools: list[Pool], isl, osl, conc, precision=None):
+    precision = precision or Precision()
+    m, cl = load_model(model), load_cluster(cluster)
+    traffic = Traffic(isl=np.asarray(isl, float), osl=np.asarray(osl, float), prompt=np.asarray(isl, float),
+                      concurrency=np.asarray(conc, float))
+    return evaluate_aggregated(m, cl, load_engine(engine), precision, PoolArrays.from_pools(pools), traffic)
+
+
+def test_littles_law_closes_the_loop():
+    """A closed loop of C requests per rank: C = throughput × (TTFT + (OSL − 1)·TPOT), with and without a
+    queue (the 4,096 in flight exceed what one H100's KV cache holds)."""
+    pools = [Pool(tp=tp) for tp in (1, 2, 4, 8)] * 2
+    conc = [16] * 4 + [4096] * 4
+    ev = _agg(LLAMA70, "h100", "vllm", pools, [2048] * 8, [512] * 8, conc, Precision(gemm="fp8", moe="fp8"))
+    ph = ev.phase
+    latency = ph.ttft + 511 * ph.tpot
+    assert np.allclose(ph.throughput * latency, np.asarray(conc, float), rtol=1e-9)
+    assert np.all(ph.queue[4:] > 0) and np.all(ph.running[4:] < 4096)
+
+
+def test_scalar_equals_vectorised():
+    """Twenty deployments evaluated together give what each gives alone through serve_evaluate."""
+    rng = np.random.default_rng(7)
+    pools, isl, osl, conc = [], [], [], []
+    for _ in range(20):
+        tp = int(rng.choice([1, 2, 4, 8]))
+        pools.append(Pool(tp=tp, workers=int(rng.integers(1, 3))))
+        isl.append(int(rng.choice([128, 1024, 4096])))
+        osl.append(int(rng.choice([64, 512, 2048])))
+        conc.append(int(rng.integers(1, 300)))
+    prec = Precision(gemm="fp8", moe="fp8")
+    ev = _agg(LLAMA70, "h100", "trtllm", pools, isl, osl, conc, prec)
+    for i in range(20):
+        one = serve_evaluate(LLAMA70, "h100", Deployment(engine="trtllm", precision=prec, pool=pools[i]),
+                             Workload(isl=isl[i], osl=osl[i], concurrency=conc[i]))
+        assert one.tpot_ms == pytest.approx(float(ev.phase.tpot[i]) * 1e3, rel=1e-12)
+        assert one.ttft_ms == pytest.approx(float(ev.phase.ttft[i]) * 1e3, rel=1e-12)
+
+
+def test_passes_join_to_one_evaluation(monkeypatch):
+    """Many deployments run as cache-sized passes: the joined passes equal one pass over all of them."""
+    from parplan.serving import evaluate
+
+    pools = [Pool(tp=tp) for tp in (1, 2, 4, 8)] * 5
+    args = ([1024, 2048, 4096, 8192] * 5, [256, 512] * 10, list(range(3, 23)))
+    prec = Precision(gemm="fp8", moe="fp8")
+    whole = _agg(LLAMA70, "h100", "vllm", pools, *args, prec)
+    monkeypatch.setattr(evaluate, "CHUNK", 7)
+    parts = _agg(LLAMA70, "h100", "vllm", pools, *args, prec)
+    for a, b in ((whole.phase.ttft, parts.phase.ttft), (whole.phase.tpot, parts.phase.tpot),
+                 (whole.memory.max_batch, parts.memory.max_batch), (whole.phase.decode_step.experts,
+                                                                     parts.phase.decode_step.experts)):
+        assert np.array_equal(a, b)
+
+
+def test_disaggregated_decode_batch_balances():
+    """Disaggregated closed loop: the decode batch per rank is what the throughput keeps there, X × (time a
+    request decodes) / decode ranks (Little's law on the decode pool), and all C requests are in flight:
+    C = X × (TTFT + (OSL − 1)·TPOT)."""
+    d = Deployment(engine="sglang", precision=Precision(gemm="fp8", moe="fp8"), mode="disaggregated",
+                   prefill=Pool(tp=1, dp=8, moe_ep=8), decode=Pool(tp=1, dp=16, moe_ep=16))
+    for c in (64, 512, 1500):
+        est = serve_evaluate(DSV3, "h200", d, Workload(isl=2048, osl=512, concurrency=c))
+        x = est.requests_per_s
+        decoding = x * 511 * est.tpot_ms * 1e-3 / 16
+        assert est.state["decode_batch_per_rank"] == pytest.approx(decoding, rel=2e-3)
+        assert x * (est.ttft_ms + 511 * est.tpot_ms) * 1e-3 == pytest.approx(c, rel=2e-3)
+
+
+def test_more_concurrency_more_throughput_slower_tokens():
+    """On one layout, a larger closed loop raises tokens/s per GPU and TPOT together (batching)."""
+    ev = _agg(LLAMA70, "h200", "vllm", [Pool(tp=4)] * 4, [1024] * 4, [1024] * 4, [4, 16, 64, 256],
+              Precision(gemm="fp8", moe="fp8"))
+    assert np.all(np.diff(ev.output_tok_s_per_gpu) > 0) and np.all(np.diff(ev.phase.tpot) > 0)
+
+
+def test_open_loop_rate():
+    """At 2 requests/s a deployment completes 2 requests/s; at 10,000 it is overloaded, with the reason."""
+    d = Deployment(engine="vllm", precision=Precision(gemm="fp8", moe="fp8"), pool=Pool(tp=8))
+    ok = serve_evaluate(LLAMA70, "h100", d, Workload(isl=1024, osl=256, rate=2.0))
+    assert ok.requests_per_s == pytest.approx(2.0, rel=1e-4) and np.isfinite(ok.ttft_ms)
+    over = serve_evaluate(LLAMA70, "h100", d, Workload(isl=1024, osl=256, rate=10_000.0))
+    assert np.isinf(over.ttft_ms) and any("overloaded" in n for n in over.notes)
+
+
+# ---- memory ------------------------------------------------------------------------------------------------
+
+def test_weights_per_gpu_by_hand():
+    """Llama 3.1 70B on TP8, fp8 linears: the 80 layers' linears split 8 ways at 1 byte per weight
+    (attention 8192·(8192 + 2·1024) + 8192·8192, MLP 3·8192·28672 per layer), the two untied vocab tables
+    128,256·8192 in bf16 split 8 ways, and the norms whole in bf16."""
+    m = load_model(LLAMA70)
+    w = weight_bytes(m, Precision(gemm="fp8", moe="fp8"), PoolArrays.from_pools([Pool(tp=8)]))
+    attention = 80 * (8192 * (8192 + 2 * 1024) + 8192 * 8192) / 8
+    mlp = 80 * 3 * 8192 * 28672 / 8
+    tables = 2 * 128_256 * 8192 * 2 / 8
+    assert float(w.attention[0]) == attention and float(w.dense_mlp[0]) == mlp
+    assert float(w.embeddings[0]) == tables
+    assert float(w.other[0]) == 80 * 2 * 8192 * 2
+
+
+def test_experts_spread_over_ep():
+    """DeepSeek-V3 on 8 GPUs with EP8 and 32 redundant experts: each GPU holds (256 + 32)/8 = 36 experts of
+    3·7168·2048 fp8 weights in each of the 58 MoE layers."""
+    m = load_model(DSV3)
+    w = weight_bytes(m, Precision(gemm="fp8", moe="fp8"), PoolArrays.from_pools([Pool(tp=8, moe_ep=8,
+                                                                                       redundant_experts=32)]))
+    routed = 58 * 36 * 3 * 7168 * 2048
+    router = 58 * 7168 * 256 * 2
+    shared = 58 * 3 * 7168 * 2048 / 8
+    assert float(w.experts[0]) == pytest.approx(routed + router + shared, rel=1e-12)
+
+
+# ---- bad input ---------------------------------------------------------------------------------------------
+
+def test_bad_workloads_and_layouts():
+    with pytest.raises(ConfigError, match="isl"):
+        Workload(isl=0, osl=10, concurrency=1)
+    with pytest.raises(ConfigError, match="exactly one"):
+        Workload(isl=10, osl=10)
+    with pytest.raises(InvalidStrategyError, match="heads"):
+        serve_evaluate(DSV3, "h200", Deployment(engine="sglang", precision=Precision(gemm="fp8", moe="fp8"),
+                                                pool=Pool(tp=3, moe_ep=3)), Workload(isl=10, osl=10, concurrency=1))
+    with pytest.raises(InvalidStrategyError, match="experts"):
+        serve_evaluate(DSV3, "h200", Deployment(engine="sglang", precision=Precision(gemm="fp8", moe="fp8"),
+                                                pool=Pool(tp=1, dp=6, moe_ep=6)),
+                       Workload(isl=10, osl=10, concurrency=1))
+    with pytest.raises(ConfigError, match="context"):
+        serve_evaluate(LLAMA70, "h100", Deployment(engine="vllm", precision=Precision(), pool=Pool(tp=8)),
+                       Workload(isl=200_000, osl=10, concurrency=1))
+    with pytest.raises(InvalidStrategyError, match="fp8"):
+        serve_evaluate(LLAMA70, "a100-80gb", Deployment(engine="vllm", precision=Precision(gemm="fp8", moe="fp8"),
+                                                        pool=Pool(tp=8)), Workload(isl=10, osl=10, concurrency=1))
+
+
+def test_fit_loss_caps_each_row_and_reports_ape():
+    """The calibration's loss: mean |log(pred/meas)| of TPOT (×1.5) and TTFT, each row capped (0.7, 1.2), so
+    a row off by 10× weighs as one off by 2×; its report is the median |pred/meas − 1|."""
+    from parplan.serving.calibrate import loss, median_ape
+    from parplan.serving.cases import Case
+    from parplan.serving.validate import CaseResult
+
+    def result(tpot_ratio: float, ttft_ratio: float) -> CaseResult:
+        case = Case(id="x", source="", model="m", system="s", cluster=None, engine="vllm", deployment=None,
+                    workload=None, measured={"tpot_ms": 10.0, "ttft_ms": 100.0})
+        return CaseResult(case, {"tpot_ms": 10.0 * tpot_ratio, "ttft_ms": 100.0 * ttft_ratio}, None)
+
+    rows = [result(1.1, 1.0), result(0.5, 1.0), result(0.1, 20.0)]
+    assert median_ape(rows, "tpot_ms") == pytest.approx(0.5)  # APEs 0.1, 0.5, 0.9
+    # TPOT: (ln 1.1 + ln 2 + 0.7 capped) / 3 × 1.5; TTFT: (0 + 0 + 1.2 capped) / 3
+    expected = 1.5 * (np.log(1.1) + np.log(2.0) + 0.7) / 3 + 1.2 / 3
+    assert loss(rows) == pytest.approx(expected)

@@ -1,0 +1,122 @@
+"""`parplan serve explain` and `parplan validate --serving`: outputs, the shipped data, user files in both
+formats, and the errors a malformed file or a bad option gets."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pytest
+
+from parplan.serving.validate import shipped_files
+
+HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,"
+          "gemm_quant_mode,moe_quant_mode,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,"
+          "prefill_batch_size,prefill_num_workers,prefill_tp_size,prefill_pp_size,prefill_attention_dp_size,"
+          "prefill_moe_tp_size,prefill_moe_ep_size,decode_batch_size,decode_num_workers,decode_tp_size,"
+          "decode_pp_size,decode_attention_dp_size,decode_moe_tp_size,decode_moe_ep_size,silicon_ttft_ms,"
+          "silicon_tpot_ms")
+ROW = ("r1,silicon_concurrency=16,vllm,0.19.0,meta-llama/Llama-3.1-70B,h200_sxm,fp8,agg,1024,1024,fp8,fp8,16,4,1,1,4,"
+       "1,,,,,,,,,,,,,,,180.0,11.0")
+
+
+def _write(tmp_path: Path, text: str, name: str = "rows.csv") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_serve_explain_json(run_json):
+    out = run_json("serve", "explain", "-m", "deepseek-ai/DeepSeek-V3", "-c", "h200", "--engine", "sglang",
+                   "--tp", "8", "--moe-ep", "8", "--precision", "fp8", "--isl", "1024", "--osl", "1024",
+                   "--concurrency", "32")
+    assert out["ttft_ms"] > 0 and out["tpot_ms"] > 0 and out["gpus"] == 8
+    assert set(out["memory"]["aggregated"]) >= {"weights_gib", "kv_cache_gib", "max_batch_per_rank"}
+    assert set(out["steps"]) == {"decode", "mixed"} and "tpot" in out["definitions"]
+
+
+def test_serve_explain_disaggregated_and_text(run_cli):
+    code, out, err = run_cli("serve", "explain", "-m", "deepseek-ai/DeepSeek-V3", "-c", "h200", "--engine",
+                             "trtllm", "--precision", "fp8", "--prefill", "tp=1,dp=8,moe_ep=8",
+                             "--decode", "tp=1,dp=8,moe_ep=8,workers=2", "--isl", "4096", "--osl", "1024",
+                             "--concurrency", "256")
+    assert code == 0, err
+    assert "TTFT" in out and "prefill" in out and "decode" in out
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (("--prefill", "tp=1,dp=x", "--decode", "tp=8"), 2, "dp must be an integer"),
+    (("--prefill", "tp=1,dp=8,moe_ep=8"), 2, "both --prefill and --decode"),
+    (("--tp", "3"), 1, "must divide the 64 attention heads"),
+    (("--isl", "0"), 1, "isl"),
+    (("--engine", "tgi"), 1, "unknown engine"),
+])
+def test_serve_explain_bad_input(run_cli, args, code, message):
+    got, _, err = run_cli("serve", "explain", "-m", "meta-llama/Llama-3.1-70B", "-c", "h100", "--concurrency",
+                            "4", *args)
+    assert got == code and message in err and "Traceback" not in err
+
+
+def test_validate_serving_shipped_data(run_json):
+    out = run_json("validate", "--serving")
+    rows = out["rows"]
+    measured = [r for r in rows if r["set"] == "measured rows"]
+    with shipped_files()[0].open() as f:
+        assert len(measured) == sum(1 for _ in csv.DictReader(f))
+    assert sum(r["error"] is None for r in measured) / len(measured) >= 0.95
+    sample = next(r for r in measured if r["error"] is None)
+    assert set(sample["metrics"]) == {"ttft_ms", "tpot_ms"}
+    assert set(sample["metrics"]["ttft_ms"]) == {"measured", "predicted"}
+    assert {row["set"] for row in out["summary"]["by_set"]} == {"measured rows", "published"}
+
+
+def test_validate_serving_user_csv_and_yaml(run_json, tmp_path):
+    out = run_json("validate", "--serving", _write(tmp_path, HEADER + "\n" + ROW + "\n"))
+    assert len(out["rows"]) == 1 and out["rows"][0]["error"] is None
+    entry = ("- id: mine\n  tier: A\n  kind: e2e_serving_fixed_concurrency\n  model: meta-llama/Llama-3.1-70B\n"
+             "  gpu: {type: h200_sxm, count: 4}\n  engine: vllm 0.19\n  layout: {tp: 4}\n"
+             "  precision: {gemm_and_moe: fp8}\n  workload: {isl: 1024, osl: 1024, concurrency: 16}\n"
+             "  measured: {ttft_ms: 180.0, tpot_ms: 11.0}\n")
+    out = run_json("validate", "--serving", _write(tmp_path, entry, "mine.yaml"))
+    assert out["rows"][0]["error"] is None and out["rows"][0]["metrics"]["tpot_ms"]["predicted"] > 0
+
+
+def _drop(column: str) -> str:
+    rows = list(csv.reader(io.StringIO(HEADER + "\n" + ROW + "\n")))
+    i = rows[0].index(column)
+    return "\n".join(",".join(r[:i] + r[i + 1:]) for r in rows) + "\n"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (_drop("osl"), "field 'osl': required column is missing"),
+    (HEADER + "\n" + ROW.replace(",1024,1024,fp8", ",1k,1024,fp8") + "\n", "field 'isl': row 1: expected an integer"),
+    (HEADER + "\n" + ROW.replace("180.0,11.0", "nan,11.0") + "\n", "field 'silicon_ttft_ms': row 1"),
+    (HEADER + "\n" + ROW.replace(",agg,", ",mixed,") + "\n", "field 'mode': row 1: unknown value 'mixed'"),
+])
+def test_validate_serving_malformed_csv(run_cli, tmp_path, text, message):
+    code, _, err = run_cli("validate", "--serving", _write(tmp_path, text))
+    assert code == 1 and message in err and "rows.csv" in err
+
+
+def test_unmodellable_rows_are_refused_with_a_reason(run_json, tmp_path):
+    """A well-formed row on a GPU without a preset, or with a layout that does not divide the model, is kept
+    and refused with the reason (not a file error)."""
+    rows = [ROW.replace("h200_sxm", "l40s"), ROW.replace(",4,1,1,4,1,", ",3,1,1,3,1,")]
+    out = run_json("validate", "--serving", _write(tmp_path, HEADER + "\n" + "\n".join(rows) + "\n"))
+    errors = [r["error"] for r in out["rows"]]
+    assert "no cluster preset" in errors[0] and "must divide the 64 attention heads" in errors[1]
+
+
+def test_validate_file_without_serving_is_a_usage_error(run_cli, tmp_path):
+    code, _, err = run_cli("validate", _write(tmp_path, HEADER + "\n"))
+    assert code == 2 and "--serving" in err
+
+
+def test_published_yaml_malformed(run_cli, tmp_path):
+    text = "- tier: A\n  kind: headline\n"
+    code, _, err = run_cli("validate", "--serving", _write(tmp_path, text, "bad.yaml"))
+    assert code == 1 and "field 'id'" in err
+    text = "- id: x\n  kind: kernel_comm\n  measured: {dispatch_us_with_nvlink: -3}\n"
+    code, _, err = run_cli("validate", "--serving", _write(tmp_path, text, "bad.yaml"))
+    assert code == 1 and "measured.dispatch_us_with_nvlink" in err

@@ -1,0 +1,93 @@
+"""Kernel models the serving cost model adds to parplan/hardware: DeepEP's normal and low-latency all-to-all,
+4-bit GEMM operands and attention reading a KV cache. Expected values are DeepEP's published tables
+(deepseek-ai/DeepEP docs/legacy.md, copied in reference/hardware.md §3) and hand calculations."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from parplan.hardware import deepep, load_cluster
+from parplan.hardware.efficiency import decode_attention_time, gemm_time
+
+H800 = load_cluster("h800", gpus=256)
+HIDDEN, TOP_K = 7168, 8
+
+# DeepEP legacy.md, low-latency kernels (NVLink where possible), H800 + CX7, 128 tokens per rank, top-8,
+# hidden 7168, FP8 dispatch / BF16 combine: EP size -> (dispatch µs, combine µs).
+LOW_LATENCY_TABLE = {8: (77, 114), 16: (118, 195), 32: (155, 273), 64: (173, 314), 128: (192, 369),
+                     256: (194, 360)}
+
+
+@pytest.mark.parametrize("ep", sorted(LOW_LATENCY_TABLE))
+def test_deepep_low_latency_table(ep):
+    """One NVLink and one RDMA efficiency (from the EP8 and EP128-256 rows) predict the whole table: within 20%
+    at EP8, within 10% from EP16 on, where the NIC is the bottleneck."""
+    tokens = 128
+    dispatch = deepep.low_latency_time(H800, tokens * TOP_K * deepep.token_bytes(HIDDEN, True), ep, 8)
+    combine = deepep.low_latency_time(H800, tokens * TOP_K * deepep.token_bytes(HIDDEN, False), ep, 8)
+    tol = 0.2 if ep == 8 else 0.1
+    assert dispatch * 1e6 == pytest.approx(LOW_LATENCY_TABLE[ep][0], rel=tol)
+    assert combine * 1e6 == pytest.approx(LOW_LATENCY_TABLE[ep][1], rel=tol)
+
+
+def test_deepep_low_latency_bytes_by_hand():
+    """FP8 dispatch of one token copy: 7168 bytes plus 7168/128 fp32 scales = 7392 bytes; bf16 combine 14336."""
+    assert float(deepep.token_bytes(HIDDEN, True)) == 7168 + 56 * 4
+    assert float(deepep.token_bytes(HIDDEN, False)) == 2 * 7168
+
+
+def _p_rank_touched(experts: int, ranks: int, top_k: int) -> float:
+    """Chance that a rank holding experts/ranks of the experts gets at least one of a token's top_k (uniform)."""
+    return 1 - math.comb(experts - experts // ranks, top_k) / math.comb(experts, top_k)
+
+
+def test_deepep_normal_intranode_bandwidth():
+    """legacy.md normal kernels, EP8 intranode, 4096 tokens, DeepSeek-V3 routing (256 experts, top-8), FP8
+    dispatch: 153 GB/s NVLink bottleneck bandwidth. Each token goes once to every other rank holding one of
+    its experts: 7·P(rank touched) copies."""
+    tokens = 4096
+    nvl_bytes = tokens * 7 * _p_rank_touched(256, 8, TOP_K) * float(deepep.token_bytes(HIDDEN, True))
+    t = deepep.normal_time(load_cluster("h800", gpus=8), nvl_bytes, 0.0, 8, 8)
+    assert nvl_bytes / t / 1e9 == pytest.approx(153, rel=0.05)
+
+
+@pytest.mark.parametrize(("ep", "published_gbps"), [(16, 43), (32, 58), (64, 51)])
+def test_deepep_normal_internode_rdma_bound(ep, published_gbps):
+    """legacy.md normal kernels, internode: RDMA bottleneck bandwidth 43/58/51 GB/s at EP16/32/64. With
+    node-limited routing (4 of 8 groups) a token reaches at most 4 nodes; it crosses IB once per remote node
+    and is forwarded over NVLink: the NIC is the bottleneck and runs near its 50 GB/s line rate."""
+    tokens, nodes = 4096, ep // 8
+    remote_nodes = min(4, nodes) * (nodes - 1) / nodes  # node_limited(): min(k, M, N)·(N-1)/N
+    rdma = tokens * remote_nodes * float(deepep.token_bytes(HIDDEN, True))
+    nvl = tokens * TOP_K * 7 / ep * float(deepep.token_bytes(HIDDEN, True))  # forwarded to node peers
+    t = deepep.normal_time(H800, nvl, rdma, ep, 8)
+    assert rdma / t / 1e9 == pytest.approx(published_gbps, rel=0.2)
+
+
+def test_single_rank_all_to_all_is_free():
+    assert float(deepep.low_latency_time(H800, 1e9, 1, 8)) == 0.0
+    assert float(deepep.normal_time(H800, 1e9, 1e9, 1, 8)) == 0.0
+
+
+def test_fp4_and_weight_only_gemm_bytes():
+    """A one-token GEMM is HBM-bound: reading a 7168×18432 weight at NVFP4's 0.5625 B/element on B200 takes
+    7168·18432·0.5625 / (8 TB/s · 0.85) s plus the 4 µs kernel launch; int4 weights with bf16 activations
+    (weight-only, on H100) read 0.5625 B/element too (one bf16 scale per 32) at 3.35 TB/s."""
+    b200 = load_cluster("b200").gpu
+    k, n = 7168, 18432
+    expect = (k * 0.5625 * n + k * 0.5625 + n * 2) / (8e12 * 0.85) + 4e-6
+    assert float(gemm_time(b200, 1, n, k, "fp4")) == pytest.approx(expect, rel=1e-9)
+    h100 = load_cluster("h100").gpu
+    expect = (k * 2 + k * n * 0.5625 + n * 2) / (3.35e12 * 0.85) + 4e-6
+    assert float(gemm_time(h100, 1, n, k, "bf16", weight_bytes=0.5625)) == pytest.approx(expect, rel=1e-9)
+
+
+def test_decode_attention_roofline():
+    """1 GB of KV cache on H100 streams in 1e9 / (3.35e12 · 0.85) s plus one launch; 2 PFLOP-s worth of
+    absorbed MLA work (1e12 FLOPs) is compute-bound at the flash-attention fraction 0.75 of 989.4 TFLOP/s."""
+    h100 = load_cluster("h100").gpu
+    peak = 989.4e12
+    assert float(decode_attention_time(h100, 1e9, 1e9, peak)) == pytest.approx(1e9 / (3.35e12 * 0.85) + 4e-6)
+    assert float(decode_attention_time(h100, 1e6, 1e12, peak)) == pytest.approx(1e12 / (peak * 0.75) + 4e-6)

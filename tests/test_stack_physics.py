@@ -1,0 +1,172 @@
+"""Each stack fact against its source, by hand counts; the properties the search relies on with stacks on."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+from conftest import ANY_STACK
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from parplan.hardware import load_cluster
+from parplan.hardware.efficiency import attention_efficiency
+from parplan.models import LayerKind, load_model
+from parplan.planner import Layouts, Strategy, comm, compute, evaluate, evaluate_layouts
+from parplan.planner.context import Ctx
+from parplan.planner.recompute import recompute_flops_per_token
+from parplan.stacks import load_stack
+from parplan.stacks.spec import StackSpec
+
+LLAMA8 = load_model("llama3.1-8b")
+
+
+def _ctx(stack: StackSpec | str, gpus: int = 8, **kw) -> Ctx:
+    kw.setdefault("gbs", gpus)
+    kw.setdefault("seq", 8192)
+    return Ctx.build(LLAMA8, load_cluster("h100", gpus=gpus), Layouts.from_strategies([Strategy(**kw)]),
+                     stack=load_stack(stack))
+
+
+def _variant(base: str, **changes) -> StackSpec:
+    """A preset with some of its facts changed (what a user stack file would do)."""
+    spec = load_stack(base)
+    sections = {}
+    for key, value in changes.items():
+        section, name = key.split("__")
+        sections.setdefault(section, {})[name] = value
+    return dataclasses.replace(spec, **{s: dataclasses.replace(getattr(spec, s), **v) for s, v in sections.items()})
+
+
+# ------------------------------------------------------------------------------------------ recompute names
+
+def test_torchtitan_op_sac_recomputes_every_second_matmul():
+    """torchtitan parallelize_llama.py @820504e: a Llama block runs wq, wk, wv, wo, w1, w3, w2 as aten.mm in
+    this order and per-op SAC recomputes every second one: wk (4096×1024), wo (4096×4096), w3 (4096×14336) of
+    Llama 3.1 8B = 79,691,776 weights, 2 FLOPs each per token, 32 layers; the attention core is saved."""
+    assert recompute_flops_per_token(LLAMA8, 8192, "op_sac", fp8=False) == 2 * 79_691_776 * 32
+    # Under float8 every linear is a torch._scaled_mm, which the save list does not name: all 218,103,808
+    # weights of a block (q 4096², k and v 4096×1024, o 4096², w1/w3/w2 4096×14336) are recomputed.
+    assert recompute_flops_per_token(LLAMA8, 8192, "op_sac", fp8=True) == 2 * 218_103_808 * 32
+
+
+def test_megatron_selective_recomputes_the_attention_core_only():
+    """Korthikanti et al. 2022 §5: selective recompute repeats QKᵀ and P·V, nothing else."""
+    assert recompute_flops_per_token(LLAMA8, 8192, "core_attention", fp8=False) == \
+        LLAMA8.attention_core_flops_per_token(8192)
+
+
+def test_one_name_means_what_the_stack_says():
+    megatron, titan = (evaluate(LLAMA8, load_cluster("h100", gpus=8), Strategy(zero=3, gbs=8, seq=8192,
+                                                                              recompute="selective"), stack=s)
+                       for s in (ANY_STACK, "torchtitan"))
+    assert titan.hfu / titan.mfu > megatron.hfu / megatron.mfu  # SAC repeats a third of the GEMMs
+
+
+def test_blocks_fraction_scales_recompute_time_and_flops():
+    cluster = load_cluster("h100", gpus=8)
+    full, half = (evaluate(LLAMA8, cluster, Strategy(zero=3, gbs=8, seq=4096, recompute=r), stack="torchtitan")
+                  for r in ("full", "blocks:1/2"))
+    assert half.time_breakdown["recompute"]["seconds"] == pytest.approx(full.time_breakdown["recompute"]["seconds"] / 2)
+    assert half.hfu / half.mfu - 1 == pytest.approx((full.hfu / full.mfu - 1) / 2)
+
+
+# ----------------------------------------------------------------------------------------- communication
+
+def test_fsdp2_reduces_gradients_in_fp32():
+    """torchtitan mixed_precision_reduce = float32: 4 B per gradient element in the reduce-scatter, against 2 B
+    with a bf16 reduce (fms-fsdp's bfSixteen). All 8,030,261,248 parameters of Llama 3.1 8B on 8 GPUs
+    (pp = 1), ring reduce-scatter over NVLink: each GPU moves 7/8 of the message at the 365 GB/s bus
+    bandwidth, so the 2 extra bytes per element cost 7/8 × 8,030,261,248 × 2 / 365e9 s; latency is equal."""
+    params = np.array([8_030_261_248.0])
+    layers = np.array([32.0])
+    fp32, bf16 = (comm.dp_traffic(_ctx(s, zero=3), params, np.zeros(1), layers).zero3_reduce[0]
+                  for s in ("torchtitan", _variant("torchtitan", communication__grad_reduce_bytes=2)))
+    assert fp32 - bf16 == pytest.approx(7 / 8 * 8_030_261_248 * 2 / 365e9, rel=1e-9)
+
+
+@pytest.mark.parametrize(("stack", "pp", "passes"), [
+    ("torchtitan", 1, 2),  # reshard_after_forward for every block when PP is off (apply_fsdp @820504e)
+    ("torchtitan", 2, 1),  # 'For PP, do not reshard after forward'
+    (_variant("torchtitan", communication__reshard_after_forward=False), 1, 1),  # fsdp_reshard_after_forward never
+    ("fsdp", 2, 2),  # FSDP1 FULL_SHARD reshards whatever the layout
+])
+def test_parameter_gathers_per_micro_batch(stack, pp, passes):
+    assert comm.zero3_gathers(_ctx(stack, pp=pp, zero=3))[0] == passes
+
+
+def test_dtensor_tp_keeps_the_gathered_input():
+    """DTensor TP saves the all-gathered SP input for the weight gradient: backward moves what forward moved;
+    Megatron re-gathers it, one more all-gather per column-parallel group."""
+    for stack, same in (("torchtitan", True), (ANY_STACK, False)):
+        ctx = _ctx(stack, tp=8, sp=True, zero=3)
+        lt = compute.layer_time(ctx, LayerKind.DENSE)
+        fwd, bwd = comm.tp_layer(ctx, LayerKind.DENSE, lt.gemm_f, lt.gemm_b)
+        assert bool(bwd.total[0] == pytest.approx(fwd.total[0])) is same
+
+
+def test_hsdp_shards_states_over_one_replica():
+    """dp_replicate = 2 on 16 GPUs at ZeRO-1: the optimizer states shard over 8 ranks instead of 16, twice the
+    bytes per rank (12 B per parameter / 8 against / 16)."""
+    cluster = load_cluster("h100", gpus=16)
+    one, two = (evaluate(LLAMA8, cluster, Strategy(zero=1, dp_replicate=r, gbs=16, seq=4096))
+                for r in (1, 2))
+    assert two.memory_breakdown["optimizer"] == pytest.approx(2 * one.memory_breakdown["optimizer"])
+
+
+# ---------------------------------------------------------------------------------------------- kernels
+
+def test_fa2_on_hopper_runs_at_its_own_efficiency():
+    """FlashAttention-3 (arXiv 2407.08608): FA2 reaches 35% of the H100's peak where FA3 reaches 75%."""
+    gpu = load_cluster("h100").gpu
+    ratio = attention_efficiency(gpu, 8192, kernel="fa2") / attention_efficiency(gpu, 8192)
+    assert ratio == pytest.approx(0.35 / 0.75)
+    a100 = load_cluster("a100-80gb").gpu  # FA2 is the A100's own kernel: no slower entry
+    assert attention_efficiency(a100, 8192, kernel="fa2") == attention_efficiency(a100, 8192)
+
+
+def test_eager_rmsnorm_moves_ten_times_the_bytes():
+    """PyTorch's composite RMSNorm (upcast, pow, mean, scale, weight, downcast) moves 40 B per element against
+    a fused kernel's 4 (compute.EAGER_OPS hand count)."""
+    eager, fused = (compute._norm_bytes(_ctx(s)) for s in ("torchtitan", load_stack("torchtitan", compile=True)))
+    assert eager[0] == pytest.approx(10 * fused[0])
+
+
+def _layouts(draw_seed: int, n: int = 24) -> list[Strategy]:
+    rng = np.random.default_rng(draw_seed)
+    out = []
+    while len(out) < n:
+        tp = int(rng.choice([1, 2, 4, 8]))
+        out.append(Strategy(tp=tp, sp=tp > 1, zero=int(rng.choice([0, 2, 3])), mbs=int(rng.choice([1, 2])),
+                            recompute=str(rng.choice(["none", "selective", "full"])), gbs=32,
+                            seq=int(rng.choice([2048, 8192])), precision=str(rng.choice(["bf16", "fp8"]))))
+    return out
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), host_us=st.sampled_from([2.0, 8.0, 40.0]))
+def test_more_fusion_or_compile_is_never_slower(seed, host_us):
+    """Compiling, or fusing more of the element-wise ops, removes HBM traffic and kernels and adds nothing."""
+    cluster = load_cluster("h100", gpus=32)
+    lay = Layouts.from_strategies(_layouts(seed))
+    base = _variant("torchtitan", kernels__host_us_per_kernel=host_us)
+    steps = [evaluate_layouts(LLAMA8, cluster, lay, stack=s, breakdown=False).step_time_s for s in (
+        base, dataclasses.replace(base, kernels=dataclasses.replace(base.kernels, fused_ops=("norm",))),
+        dataclasses.replace(base, kernels=dataclasses.replace(base.kernels, fused_ops=("norm", "rope", "activation"))),
+        base.with_compile(True))]
+    for slower, faster in itertools.pairwise(steps):
+        assert (faster <= slower * (1 + 1e-12)).all()
+
+
+def test_cuda_graphs_remove_the_launch_wait():
+    """A launch-bound layer (a tiny micro-batch behind 40 µs of host per kernel) waits for its launches unless
+    its kernels replay from a CUDA graph."""
+    cluster = load_cluster("h100", gpus=8)
+    s = Strategy(tp=8, sp=True, gbs=1, seq=512)
+    slow = _variant("megatron-core", kernels__host_us_per_kernel=40.0)
+    graphs = _variant("megatron-core", kernels__host_us_per_kernel=40.0, kernels__cuda_graphs=True)
+    a, b = (evaluate(LLAMA8, cluster, s, stack=x) for x in (slow, graphs))
+    assert a.time_breakdown["launch"]["seconds"] > 0 and b.time_breakdown["launch"]["seconds"] == 0
+    assert b.step_time_s < a.step_time_s
