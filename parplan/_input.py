@@ -82,17 +82,22 @@ def exists(path: str | Path) -> bool:
     return kind(path) != "missing"
 
 
-def read_text(path: str | Path, errors: str = "strict", max_bytes: int = MAX_FILE_BYTES) -> str:
-    """The text of the regular file at `path` (UTF-8, a byte-order mark dropped); anything else is a
-    ConfigError naming the file. `errors="replace"` tolerates stray non-UTF-8 bytes (log files)."""
-    file = str(path)
-    found = kind(path)
+def check_input(path: str | Path) -> None:
+    """Refuse, naming it, a path that is not a regular file: nothing there, a directory, a device."""
+    found, file = kind(path), str(path)
     if found == "missing":
         raise ConfigError("no such file", file=file)
     if found == "dir":
         raise ConfigError("is a directory, expected a file", file=file)
     if found == "other":
         raise ConfigError("is not a regular file (a device, FIFO or socket)", file=file)
+
+
+def read_text(path: str | Path, errors: str = "strict", max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The text of the regular file at `path` (UTF-8, a byte-order mark dropped); anything else is a
+    ConfigError naming the file. `errors="replace"` tolerates stray non-UTF-8 bytes (log files)."""
+    file = str(path)
+    check_input(path)
     try:
         info = os.stat(path)
         if info.st_size > max_bytes:

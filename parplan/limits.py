@@ -15,3 +15,10 @@ MAX_SEQ = RANGES["max_position"][1]
 """Longest sequence, tokens: the longest position range a model may declare."""
 SPEC_VALUES = 4096
 """Most values one list or range option may stand for (a range of every pipeline depth to 128 has 128)."""
+MAX_MTP = 64
+"""Most speculative tokens drafted per step: each is kept only if all before it were, so with an acceptance a < 1
+a chain adds less than a / (1 − a) tokens per step; far beyond tens of drafts nothing changes but the cost. The
+bound refuses only the absurd (a billion drafts would hang the step model)."""
+MAX_RATE = 1e9
+"""Most requests per second a serving workload may state: only the absurd is refused (a rate that overflows the
+queueing arithmetic)."""

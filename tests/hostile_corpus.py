@@ -834,8 +834,309 @@ def output_cases() -> list[Case]:
     ]
 
 
+# ------------------------------------------------------------------------------------------ stack files
+
+STACK = {"name": "mine", "base": "torchtitan", "description": "my torchtitan fork",
+         "kernels": {"compile": True, "host_us_per_kernel": 6.0}}
+"""A user stack file: a preset and the facts that differ."""
+
+
+def _preset_stack() -> dict[str, Any]:
+    return yaml.safe_load((data_dir("stacks") / "megatron-core.yaml").read_text())
+
+
+def stack_cases() -> list[Case]:
+    show = ("stacks", "show", "{f}")
+    explain = ("explain", "-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--tp", "8", "--zero", "2", "--stack", "{f}")
+    full = _preset_stack()
+    reals = ("kernels.host_us_per_kernel", "kernels.compute_scale", "communication.zero3_bucket_params")
+    out = mutations("stack", STACK, reals, [b for b in BAD_REALS if b[0] not in ("zero",)], show, dump_yaml,
+                    ".yaml")
+    wrong = [
+        ("compute-scale-zero", set_path(STACK, "kernels.compute_scale", 0), "kernels.compute_scale"),
+        ("compute-scale-huge", set_path(STACK, "kernels.compute_scale", 1e9), "kernels.compute_scale"),
+        ("grad-bytes-three", set_path(STACK, "communication.grad_reduce_bytes", 3), "communication.grad_reduce_bytes"),
+        ("grad-bytes-float", set_path(STACK, "communication.grad_reduce_bytes", 2.0),
+         "communication.grad_reduce_bytes"),
+        ("grad-bytes-huge", set_path(STACK, "communication.grad_reduce_bytes", 10**30),
+         "communication.grad_reduce_bytes"),
+        ("compile-string", set_path(STACK, "kernels.compile", "yes please"), "kernels.compile"),
+        ("attention-unknown", set_path(STACK, "kernels.attention", "fa9"), "kernels.attention"),
+        ("fused-ops-string", set_path(STACK, "kernels.fused_ops", "norm"), "kernels.fused_ops"),
+        ("fused-ops-unknown", set_path(STACK, "kernels.fused_ops", ["everything"]), "kernels.fused_ops"),
+        ("zero-fraction", set_path(STACK, "runs.zero", [1.5]), "runs.zero"),
+        ("zero-four", set_path(STACK, "runs.zero", [4]), "runs.zero"),
+        ("schedule-unknown", set_path(STACK, "runs.schedules", ["gpipe"]), "runs.schedules"),
+        ("parallelism-dp", set_path(STACK, "runs.parallelism", ["dp"]), "runs.parallelism"),
+        ("exporter-unknown", set_path(STACK, "runs.exporter", "jax"), "runs.exporter"),
+        ("exporter-version-unknown", set_path(STACK, "runs.exporter", "torchtitan@9.9"), "runs.exporter"),
+        ("recompute-blocks", set_path(STACK, "recompute.full", "blocks:1.5"), "recompute.full"),
+        ("recompute-kind-list", set_path(STACK, "recompute.full", ["full"]), "recompute.full"),
+        ("recompute-name-unknown", set_path(STACK, "recompute.some", "full"), "recompute.some"),
+        ("recompute-none-recomputes", set_path(STACK, "recompute.none", "full"), "recompute.none"),
+        ("unknown-top-key", set_path(STACK, "kernel", {}), "kernel"),
+        ("unknown-kernels-key", set_path(STACK, "kernels.speed", 2), "kernels.speed"),
+        ("section-scalar", set_path(STACK, "kernels", 5), "kernels"),
+        ("name-list", set_path(STACK, "name", ["x"]), "name"),
+        ("base-number", set_path(STACK, "base", 5), "base"),
+        ("description-list", set_path(STACK, "description", [1]), "description"),
+        ("source-number", set_path(STACK, "sources", {"kernels.compile": 5}), "sources.kernels.compile"),
+        ("fit-date", set_path(STACK, "fit", {"date": Raw("2024-01-01")}), "fit.date"),
+        ("fit-prior-string", set_path(STACK, "fit", {"prior": {"compute_scale": "x"}}), "fit.prior.compute_scale"),
+        ("fit-prior-unknown-knob", set_path(STACK, "fit", {"prior": {"speed": 1.0}}), "fit.prior.speed"),
+        ("fit-runs-number", set_path(STACK, "fit", {"runs": 5}), "fit.runs"),
+        ("fit-run-error-nan", set_path(STACK, "fit", {"runs": {"r": {"before": Raw(".nan"), "after": 0.1}}}),
+         "fit.runs.r.before"),
+        ("full-missing-section", set_path(full, "runs", DELETE), "runs"),
+        ("full-missing-field", set_path(full, "kernels.attention", DELETE), "kernels.attention"),
+    ]
+    out += [Case("stack", name, show, 1, f"field '{key}'", dump_yaml(doc)) for name, doc, key in wrong]
+    out += [
+        Case("stack", "valid-explain", explain, 0, "step time", dump_yaml(STACK)),
+        Case("stack", "valid-json", (*show, "--json"), 0, '"name": "mine"', dump_yaml(STACK)),
+        Case("stack", "full-valid", show, 0, "mine", dump_yaml({**full, "name": "mine"})),
+        Case("stack", "base-unknown", show, 1, "did you mean 'torchtitan'",
+             dump_yaml(set_path(STACK, "base", "torchtitn"))),
+        Case("stack", "base-upper-case", show, 0, "mine", dump_yaml(set_path(STACK, "base", "TorchTitan"))),
+        Case("stack", "markup-in-name", show, 0, "[/]x", dump_yaml(set_path(STACK, "name", "[/]x"))),
+        Case("stack", "explain-compile-without-path", ("explain", "-m", "llama3.1-8b", "-c", "h100", "-n", "8",
+                                                       "--stack", "{f}", "--compile"), 1, "no compile path",
+             dump_yaml(set_path(STACK, "kernels.compile_scope", "none"))),
+        Case("stack", "plan-on-stack-file", ("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--gbs", "8",
+                                             "--tp", "8", "--stack", "{f}", "--json"), 0, '"plans"', dump_yaml(STACK)),
+        Case("stack", "runs-stack-file-beside", ("validate", "--data", "{f}"), 0, "mine",
+             _runs(set_path(set_path(RUN, "stack", "mystack"), "strategy.zero", 2)),
+             files={"stacks/mystack.yaml": dump_yaml(STACK)}),
+        Case("stack", "runs-stack-file-broken", ("validate", "--data", "{f}"), 1, "field 'mine.stack'",
+             _runs(set_path(RUN, "stack", "mystack")),
+             files={"stacks/mystack.yaml": dump_yaml(set_path(STACK, "kernels.compute_scale", Raw(".nan")))}),
+        Case("stack", "runs-stack-unknown", ("validate", "--data", "{f}"), 1, "did you mean 'torchtitan'",
+             _runs(set_path(RUN, "stack", "torchtitn"))),
+        Case("stack", "runs-stack-number", ("validate", "--data", "{f}"), 1, "field 'mine.stack'",
+             _runs(set_path(RUN, "stack", 5))),
+        Case("stack", "runs-compile-string", ("validate", "--data", "{f}"), 1, "field 'mine.compile'",
+             _runs(set_path(RUN, "compile", "on"))),
+        Case("stack", "runs-compile-without-path", ("validate", "--data", "{f}"), 1, "field 'mine.stack'",
+             _runs(set_path(RUN, "compile", True))),
+        Case("stack", "calibrate-stack-out-directory", ("calibrate", "--stack", "{f}", "--out", "{tmp}"), 1,
+             "directory", dump_yaml(STACK)),
+        Case("stack", "calibrate-stack-no-runs", ("calibrate", "--stack", "{f}", "--runs", "{tmp}/r.yaml"), 1,
+             "no tier A or B runs", dump_yaml(STACK), files={"r.yaml": _runs(RUN)}),
+    ]
+    out += file_level_cases("stack-file", show, ".yaml", dump_yaml(STACK))
+    return out
+
+
+# ---------------------------------------------------------------------------------- serving data files
+
+def _serving_csv() -> tuple[list[str], list[str]]:
+    """The header and first row of the shipped measured-rows CSV."""
+    import csv
+
+    with open(data_dir("serving") / "serving_measured.csv", newline="") as f:
+        rows = csv.reader(f)
+        return next(rows), next(rows)
+
+
+def _csv(header: list[str], row: list[str]) -> str:
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerow(row)
+    return out.getvalue()
+
+
+def _published() -> dict[str, Any]:
+    entries = yaml.safe_load((data_dir("serving") / "published_serving.yaml").read_text())
+    return next(e for e in entries if e["id"] == "sglang_ep_h100_prefill_isl4096")
+
+
+def serving_data_cases() -> list[Case]:
+    validate = ("validate", "--serving", "{f}")
+    header, row = _serving_csv()
+    valid = _csv(header, row)
+
+    def cell(column: str, value: str) -> str:
+        changed = list(row)
+        changed[header.index(column)] = value
+        return _csv(header, changed)
+
+    def without(column: str) -> str:
+        i = header.index(column)
+        return _csv(header[:i] + header[i + 1:], row[:i] + row[i + 1:])
+
+    out = [Case("serving-csv", f"missing-{c}", validate, 1, f"field '{c}'", without(c), ".csv")
+           for c in ("isl", "osl", "backend", "mode", "model_path", "tp_size", "silicon_ttft_ms")]
+    bad_cells = [("isl", "0"), ("isl", "-5"), ("isl", "nan"), ("isl", "1.5"), ("isl", "many"), ("osl", "inf"),
+                 ("silicon_ttft_ms", "0"), ("silicon_ttft_ms", "nan"), ("silicon_tpot_ms", "-1"),
+                 ("backend", "vlm"), ("mode", "both"), ("gemm_quant_mode", "fp9"), ("tp_size", "0"),
+                 ("tp_size", "x"), ("model_path", "")]
+    out += [Case("serving-csv", f"{c}={v or 'empty'}", validate, 1, f"field '{c}'", cell(c, v), ".csv")
+            for c, v in bad_cells]
+    out += [
+        Case("serving-csv", "valid", (*validate, "--json"), 0, '"rows"', valid, ".csv"),
+        Case("serving-csv", "header-only", validate, 0, "", _csv(header, row)[:valid.index("\n") + 1], ".csv"),
+        Case("serving-csv", "field-over-csv-limit", validate, 1, "not valid CSV",
+             cell("silicon_data_source", "x" * 200_000), ".csv"),
+        Case("serving-csv", "tp-absurd-row-refused", (*validate, "--json"), 0, '"error": "field', cell(
+            "tp_size", "99999999999999999999"), ".csv"),
+        Case("serving-csv", "unknown-system-row-refused", (*validate, "--json"), 0, "no cluster preset",
+             cell("system", "tpu_v9"), ".csv"),
+        Case("serving-csv", "wrong-suffix", ("validate", "--serving", "{f}"), 1, "expected a .csv", valid, ".txt"),
+        Case("serving-csv", "file-without-serving", ("validate", "{f}"), 2, "FILE", valid, ".csv"),
+    ]
+    out += [c for c in file_level_cases("serving-csv-file", validate, ".csv", valid, mapping=False, yaml_like=False)
+            if c.name not in ("deep-json", "deep-nesting")]  # nesting means nothing in CSV
+    entry = _published()
+    wrong = [("workload.isl", 0), ("workload.isl", Raw(".nan")), ("workload.isl", 10**30), ("workload.isl", "x"),
+             ("workload.tokens_per_gpu", 1e300), ("measured.input_tok_s_per_node", -5),
+             ("measured.input_tok_s_per_node", Raw(".inf")), ("gpu", [1]), ("layout", 5), ("precision", "fp8")]
+    out += [Case("serving-yaml", f"{path}={value.text if isinstance(value, Raw) else value}", validate, 1,
+                 f"field '{path}'", dump_yaml([set_path(entry, path, value)])) for path, value in wrong]
+    out += [
+        Case("serving-yaml", "valid", validate, 0, "input_tok_s_per_node", dump_yaml([entry])),
+        Case("serving-yaml", "id-missing", validate, 1, "field 'id'", dump_yaml([set_path(entry, "id", DELETE)])),
+        Case("serving-yaml", "id-number", validate, 1, "field 'id'", dump_yaml([set_path(entry, "id", 5)])),
+        Case("serving-yaml", "entry-scalar", validate, 1, "entry 1", "- 5\n"),
+        Case("serving-yaml", "gpu-unknown-refused", (*validate, "--json"), 0, "no cluster preset",
+             dump_yaml([set_path(entry, "gpu.type", "h999")])),
+        Case("serving-yaml", "kind-unknown-refused", (*validate, "--json"), 0, "does not reproduce",
+             dump_yaml([set_path(entry, "kind", "weird")])),
+    ]
+    out += file_level_cases("serving-yaml-file", validate, ".yaml", dump_yaml([entry]), mapping=False)
+    return out
+
+
+# ------------------------------------------------------------------------------------ serve and stacks CLI
+
+def serve_cli_cases() -> list[Case]:
+    explain = ("serve", "explain", "-m", "llama3.1-8b", "-c", "h100", "--concurrency", "8")
+    moe = ("serve", "explain", "-m", "qwen3-30b-a3b", "-c", "h100", "--concurrency", "8", "--tp", "2")
+    plan = ("serve", "plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--mode", "aggregated")
+    usage = [
+        ("explain-isl-zero", (*explain, "--isl", "0"), "--isl"),
+        ("explain-osl-negative", (*explain, "--osl", "-1"), "--osl"),
+        ("explain-isl-absurd", (*explain, "--isl", "10000000000000"), "--isl"),
+        ("explain-isl-past-context", (*explain, "--isl", "1000000"), "--isl"),
+        ("explain-tp-zero", (*explain, "--tp", "0"), "--tp"),
+        ("explain-tp-absurd", (*explain, "--tp", "1000000000000"), "--tp"),
+        ("explain-workers-times-tp-absurd", (*explain, "--tp", "8", "--workers", "16777216"), "--workers"),
+        ("explain-batch-zero", (*explain, "--batch", "0"), "--batch"),
+        ("explain-concurrency-zero", (*explain, "--concurrency", "0"), "--concurrency"),
+        ("explain-concurrency-and-rate", (*explain, "--rate", "5"), "--concurrency"),
+        ("explain-rate-nan", ("serve", "explain", "-m", "llama3.1-8b", "-c", "h100", "--rate", "nan"), "--rate"),
+        ("explain-rate-inf", ("serve", "explain", "-m", "llama3.1-8b", "-c", "h100", "--rate", "inf"), "--rate"),
+        ("explain-rate-negative", ("serve", "explain", "-m", "llama3.1-8b", "-c", "h100", "--rate", "-2"), "--rate"),
+        ("explain-prefix-one", (*explain, "--prefix-hit", "1"), "--prefix-hit"),
+        ("explain-prefix-nan", (*explain, "--prefix-hit", "nan"), "--prefix-hit"),
+        ("explain-acceptance-two", (*explain, "--mtp", "1", "--acceptance", "2"), "--acceptance"),
+        ("explain-mtp-absurd", (*explain, "--mtp", "100000000"), "--mtp"),
+        ("explain-mtp-negative", (*explain, "--mtp", "-1"), "--mtp"),
+        ("explain-chunk-zero", (*explain, "--chunk-tokens", "0"), "--chunk-tokens"),
+        ("explain-chunk-float", (*explain, "--chunk-tokens", "1e3"), "--chunk-tokens"),
+        ("explain-engine-typo", (*explain, "--engine", "vlm"), "did you mean 'vllm'"),
+        ("explain-precision-unknown", (*explain, "--precision", "fp9"), "--precision"),
+        ("explain-precision-part-unknown", (*explain, "--precision", "gemm=fp8,attn=fp8"), "--precision"),
+        ("explain-kv-unknown", (*explain, "--kv-cache", "fp9"), "--kv-cache"),
+        ("explain-a2a-unknown", (*explain, "--a2a", "nccl"), "--a2a"),
+        ("explain-prefill-alone", (*explain, "--prefill", "tp=1"), "--prefill"),
+        ("explain-prefill-word", (*explain, "--prefill", "tp=x", "--decode", "tp=1"), "--prefill"),
+        ("explain-prefill-unknown-key", (*explain, "--prefill", "gpus=8", "--decode", "tp=1"), "--prefill"),
+        ("explain-decode-absurd", (*explain, "--prefill", "tp=1", "--decode", "tp=99999999999999999999"),
+         "--decode"),
+        ("explain-redundant-negative", (*explain, "--redundant-experts", "-1"), "--redundant-experts"),
+        ("plan-gpus-zero", ("serve", "plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "0"), "--gpus"),
+        ("plan-gpus-absurd", ("serve", "plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "1000000000"), "--gpus"),
+        ("plan-ttft-negative", (*plan, "--ttft-ms", "-5"), "--ttft-ms"),
+        ("plan-tpot-nan", (*plan, "--tpot-ms", "nan"), "--tpot-ms"),
+        ("plan-mode-unknown", (*plan[:-2], "--mode", "split"), "--mode"),
+        ("plan-engine-typo", (*plan, "--engine", "sglng"), "did you mean 'sglang'"),
+        ("plan-emit-unknown", (*plan, "--emit", "triton"), "--emit"),
+        ("plan-emit-other-engine", (*plan, "--engine", "vllm", "--emit", "sglang"), "--emit"),
+        ("plan-precision-unknown", (*plan, "--precision", "fp9"), "--precision"),
+        ("plan-max-pp-zero", (*plan, "--max-pp", "0"), "--max-pp"),
+        ("plan-top-absurd", (*plan, "--top", "1000000"), "--top"),
+        ("plan-redundant-negative", (*plan, "--redundant-experts", "-4"), "--redundant-experts"),
+        ("plan-concurrency-and-rate", (*plan, "--concurrency", "8", "--rate", "5"), "--rate"),
+        ("plan-isl-zero", (*plan, "--isl", "0"), "--isl"),
+        ("plan-mtp-absurd", (*plan, "--mtp", "1000"), "--mtp"),
+        ("stacks-show-no-name", ("stacks", "show"), "NAME"),
+        ("stacks-unknown-subcommand", ("stacks", "edit"), "edit"),
+        ("plan-time-limit-zero", ("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--gbs", "8",
+                                  "--time-limit", "0"), "--time-limit"),
+        ("plan-time-limit-nan", ("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--gbs", "8",
+                                 "--time-limit", "nan"), "--time-limit"),
+        ("scale-time-limit-negative", ("scale", "-m", "gpt2", "-c", "h100", "-n", "8..16", "--gbs", "64",
+                                       "--time-limit", "-1"), "--time-limit"),
+        ("validate-time-limit-inf", ("validate", "--rank", "--time-limit", "inf"), "--time-limit"),
+        ("explain-recompute-blocks-above-one", ("explain", "-m", "llama3.1-8b", "-c", "h100", "-n", "8",
+                                                "--recompute", "blocks:1.5"), "--recompute"),
+        ("explain-recompute-blocks-word", ("explain", "-m", "llama3.1-8b", "-c", "h100", "-n", "8",
+                                           "--recompute", "blocks:half"), "--recompute"),
+        ("explain-dp-replicate-zero", ("explain", "-m", "llama3.1-8b", "-c", "h100", "-n", "8",
+                                       "--dp-replicate", "0"), "--dp-replicate"),
+        ("export-format-version-unknown", ("export", "x.json", "-f", "torchtitan@9.9"), "--format"),
+        ("plan-framework-version-unknown", ("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--gbs", "8",
+                                            "--framework", "megatron@v0"), "--framework"),
+        ("calibrate-neither", ("calibrate",), "--cluster"),
+        ("calibrate-cluster-without-runs", ("calibrate", "--cluster", "h100"), "--runs"),
+        ("validate-file-without-serving", ("validate", "x.csv"), "FILE"),
+    ]
+    out = [Case("serve-cli", name, args, 2, hint) for name, args, hint in usage]
+    out += [
+        Case("serve-cli", "explain-valid-json", (*explain, "--json"), 0, '"ttft_ms"'),
+        Case("serve-cli", "explain-fits-80-columns", explain, 0, "TTFT"),
+        Case("serve-cli", "explain-tp-not-dividing-heads", (*explain, "--tp", "3"), 1, "must divide the 32"),
+        Case("serve-cli", "explain-pp-not-dividing-layers", (*explain, "--pp", "5"), 1, "must divide the 32 layers"),
+        Case("serve-cli", "explain-ep-on-dense", (*explain, "--tp", "2", "--moe-ep", "2"), 1, "dense model"),
+        Case("serve-cli", "explain-ep-not-dividing-experts", (*moe, "--moe-ep", "2", "--redundant-experts", "1"),
+             1, "must divide the 128 experts"),
+        Case("serve-cli", "explain-moe-ep-not-dividing-gpus", (*explain, "--moe-ep", "3"), 1, "must divide"),
+        Case("serve-cli", "explain-fp8-on-a100", ("serve", "explain", "-m", "llama3.1-8b", "-c", "a100-80gb",
+                                                  "--concurrency", "8", "--precision", "fp8"), 1, "fp8"),
+        Case("serve-cli", "explain-unknown-model", ("serve", "explain", "-m", "llama9", "-c", "h100",
+                                                    "--concurrency", "8"), 1, "unknown model"),
+        Case("serve-cli", "explain-model-file-broken", ("serve", "explain", "-m", "{f}", "-c", "h100",
+                                                        "--concurrency", "8"), 1, "input.json", "{", ".json"),
+        Case("serve-cli", "plan-valid-json", (*plan, "--json"), 0, '"plans"'),
+        Case("serve-cli", "plan-emit-json-pure", (*plan, "--emit", "vllm", "--json"), 0, '"launch"'),
+        Case("serve-cli", "plan-table", plan, 0, "best deployments"),
+        Case("serve-cli", "plan-sizes", ("serve", "plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "1..4",
+                                         "--mode", "aggregated", "--rate", "2"), 0, "Best deployment per GPU"),
+        Case("serve-cli", "plan-unreachable-targets", (*plan, "--ttft-ms", "0.001"), 3, "TTFT"),
+        Case("serve-cli", "validate-serving-json", ("validate", "--serving", "--json"), 0, '"by_engine"'),
+        Case("serve-cli", "validate-serving-missing-file", ("validate", "--serving", "{tmp}/none.csv"), 1,
+             "no such file"),
+        Case("serve-cli", "stacks-list", ("stacks", "list"), 0, "megatron-core"),
+        Case("serve-cli", "stacks-list-json", ("stacks", "list", "--json"), 0, '"stacks"'),
+        Case("serve-cli", "stacks-show-typo", ("stacks", "show", "megatron"), 1, "did you mean 'megatron-core'"),
+        Case("serve-cli", "stacks-show-missing-file", ("stacks", "show", "{tmp}/s.yaml"), 1, "no such file"),
+        Case("serve-cli", "stacks-show-directory", ("stacks", "show", "{tmp}/d.yaml"), 1, "directory",
+             files={"d.yaml/x": "x"}),
+        Case("serve-cli", "stacks-show-name-too-long", ("stacks", "show", "{tmp}/" + "s" * 5000 + ".yaml"), 1,
+             "ssss"),
+        Case("serve-cli", "stacks-show-no-compile", ("stacks", "show", "maxtext", "--no-compile"), 1,
+             "always runs compiled"),
+        Case("serve-cli", "explain-stack-typo", ("explain", "-m", "llama3.1-8b", "-c", "h100", "-n", "8",
+                                                 "--stack", "torchtitn"), 1, "did you mean 'torchtitan'"),
+        Case("serve-cli", "explain-dualpipe-on-megatron", ("explain", "-m", "deepseek-v3", "-c", "h800", "-n",
+                                                           "2048", "--pp", "16", "--ep", "64", "--gbs", "15360",
+                                                           "--schedule", "dualpipe", "--precision", "fp8"), 1,
+             "megatron-core"),
+        Case("serve-cli", "plan-time-limit-json", ("plan", "-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--gbs",
+                                                   "8", "--time-limit", "1e-9", "--json"), 0, '"complete": false'),
+        Case("serve-cli", "validate-stack-typo", ("validate", "--group", "korthikanti22", "--stack", "fdsp"), 1,
+             "did you mean 'fsdp'"),
+    ]
+    return out
+
+
 KINDS: tuple[Callable[[], list[Case]], ...] = (hf_cases, model_yaml_cases, cluster_cases, runs_cases, plan_cases,
-                                               expert_count_cases, nccl_cases, cli_cases, output_cases)
+                                               expert_count_cases, nccl_cases, cli_cases, output_cases,
+                                               stack_cases, serving_data_cases, serve_cli_cases)
 """Every builder; a new input kind adds its own."""
 
 

@@ -18,7 +18,8 @@ CASES = all_cases()
 def test_the_corpus_is_large_and_covers_every_kind():
     kinds = {c.kind for c in CASES}
     assert len(CASES) >= 300
-    assert {"hf", "model-yaml", "cluster", "runs", "plan", "expert-counts", "nccl-log", "cli", "output"} <= kinds
+    assert {"hf", "model-yaml", "cluster", "runs", "plan", "expert-counts", "nccl-log", "cli", "output", "stack",
+            "serving-csv", "serving-yaml", "serve-cli"} <= kinds
     assert {0, 1, 2, 3} <= {c.code for c in CASES}
 
 

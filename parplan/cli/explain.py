@@ -21,6 +21,7 @@ from parplan.cli._options import (
     usage_errors,
 )
 from parplan.cli._output import Column, console, fitted_table, kv_table, print_json
+from parplan.errors import InvalidStrategyError
 from parplan.limits import MAX_BATCH, MAX_GPUS
 from parplan.names import BLOCKS_PREFIX, DEFAULT_STACK, DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES
 
@@ -121,13 +122,18 @@ def explain(
     from parplan.planner.estimate import evaluate
     from parplan.planner.explain import bottleneck
     from parplan.planner.moe import moe_section
-    from parplan.planner.strategy import Strategy, p2p_overlap_acts
+    from parplan.planner.strategy import Strategy, p2p_overlap_acts, parse_blocks
     from parplan.planner.timeline import MAX_BLOCKS, render
     from parplan.planner.workload import parse_expert_load
     from parplan.plots import check_plot_path, plot_estimate
     from parplan.stacks import load_stack
 
-    if not recompute.startswith(BLOCKS_PREFIX):
+    if recompute.startswith(BLOCKS_PREFIX):
+        try:
+            parse_blocks(recompute)
+        except InvalidStrategyError as e:
+            raise typer.BadParameter(str(e), param_hint="--recompute") from None
+    else:
         _choice(recompute, RECOMPUTE, "recompute")
     _choice(precision, PRECISIONS, "precision")
     _choice(attention, ("flash", "unfused"), "attention")

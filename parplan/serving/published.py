@@ -34,6 +34,7 @@ import numpy as np
 from parplan._input import read_yaml
 from parplan.errors import ConfigError, ParplanError
 from parplan.hardware import deepep, load_cluster
+from parplan.limits import MAX_BATCH, MAX_SEQ
 from parplan.models import ModelSpec, load_model
 from parplan.planner import experts
 from parplan.serving.cases import QUANT, SYSTEMS, Case
@@ -80,11 +81,16 @@ class _Entry:
         return value
 
 
-def _number(entry: _Entry, section: str, key: str, value: Any, *, integer: bool = False) -> float:
+def _number(entry: _Entry, section: str, key: str, value: Any, *, integer: bool = False,
+            most: float = MAX_SEQ) -> float:
+    """A positive finite number of at most `most` (by default the longest context a model may declare: a token
+    count, batch or width past it overflows the cost model)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise entry.error(f"{section}.{key}", f"expected a positive finite number, got {value!r}")
     if integer and value != int(value):
         raise entry.error(f"{section}.{key}", f"expected an integer, got {value!r}")
+    if value > most:
+        raise entry.error(f"{section}.{key}", f"must be at most {most:,}, got {value:,}")
     return float(value)
 
 
@@ -93,7 +99,7 @@ def _measured(entry: _Entry) -> dict[str, float]:
     out = {}
     for key, value in entry.section("measured").items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[str(key)] = _number(entry, "measured", str(key), value)
+            out[str(key)] = _number(entry, "measured", str(key), value, most=math.inf)
     return out
 
 
@@ -231,7 +237,8 @@ def _offline(entry: _Entry, engine: str) -> Case:
     concurrency = work.get("concurrency", QUEUED)
     if not isinstance(concurrency, (int, float)) or isinstance(concurrency, bool):
         concurrency = QUEUED
-    return _special(entry, engine, "offline", {"pairs": pairs, "concurrency": float(concurrency)},
+    concurrency = _number(entry, "workload", "concurrency", concurrency, most=MAX_BATCH)
+    return _special(entry, engine, "offline", {"pairs": pairs, "concurrency": concurrency},
                     tuple(pairs), deployment)
 
 
@@ -270,13 +277,16 @@ def _phase(entry: _Entry, engine: str) -> Case:
         tokens = work.get("tokens_per_gpu")
         if not isinstance(tokens, (int, float)) or isinstance(tokens, bool):
             raise ParplanError("the prefill tokens per GPU are not stated")
-        return _special(entry, engine, "prefill_rate", {"isl": isl, "tokens": float(tokens)},
+        tokens = _number(entry, "workload", "tokens_per_gpu", tokens)
+        return _special(entry, engine, "prefill_rate", {"isl": isl, "tokens": tokens},
                         ("input_tok_s_per_node", "input_tok_s_per_gpu"), deployment)
     batch = work.get("batch_per_gpu")
     ctx = work.get("kv_len")
     if not isinstance(batch, (int, float)) or not isinstance(ctx, (int, float)):
         raise ParplanError("the decode batch per GPU or its context is not stated")
-    return _special(entry, engine, "decode_rate", {"batch": float(batch), "ctx": float(ctx)},
+    batch = _number(entry, "workload", "batch_per_gpu", batch, most=MAX_BATCH)
+    ctx = _number(entry, "workload", "kv_len", ctx)
+    return _special(entry, engine, "decode_rate", {"batch": batch, "ctx": ctx},
                     ("output_tok_s_per_node", "output_tok_s_per_gpu", "output_tok_s_per_node_derived_by_sglang"),
                     deployment)
 
