@@ -1,6 +1,6 @@
-"""Property test: model, cluster and runs files with random types and values in random fields never reach the
-CLI's catch-all. Whatever the values, the exit code is one the README promises (0, 1, 2, 3) and stderr holds
-no traceback and no "internal error". Runs in-process, a bounded number of examples per input kind."""
+"""Property test: model, cluster, runs, stack and serving files with random types and values in random fields
+never reach the CLI's catch-all. Whatever the values, the exit code is one the README promises (0, 1, 2, 3)
+and stderr holds no traceback and no "internal error". Runs in-process, a bounded number of examples per input kind."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hostile_corpus import PLAN, RUN, YAML_MODEL, _hf, set_path
+from hostile_corpus import PLAN, RUN, STACK, YAML_MODEL, _hf, _preset_stack, _published, set_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -117,3 +117,28 @@ def test_random_expert_counts_never_reach_the_catch_all(rows, tmp_path, capsys):
     path = tmp_path / "counts.json"
     path.write_text(json.dumps({"counts": rows}))
     _check(["explain", "-m", "mixtral-8x7b", "-c", "h100", "-n", "8", "--ep", "8", "--expert-load", str(path)], capsys)
+
+
+@SETTINGS
+@given(doc=_mutated(STACK))
+def test_random_stack_files_never_reach_the_catch_all(doc, tmp_path, capsys):
+    path = tmp_path / "stack.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    _check(["explain", "-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--tp", "8", "--zero", "2", "--stack", str(path)],
+           capsys)
+
+
+@SETTINGS
+@given(doc=_mutated(_preset_stack()))
+def test_random_full_stack_files_never_reach_the_catch_all(doc, tmp_path, capsys):
+    path = tmp_path / "stack.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    _check(["stacks", "show", str(path), "--json"], capsys)
+
+
+@SETTINGS
+@given(doc=_mutated(_published()))
+def test_random_published_serving_entries_never_reach_the_catch_all(doc, tmp_path, capsys):
+    path = tmp_path / "published.yaml"
+    path.write_text(yaml.safe_dump([doc]))
+    _check(["validate", "--serving", str(path), "--json"], capsys)
