@@ -22,3 +22,7 @@ bound refuses only the absurd (a billion drafts would hang the step model)."""
 MAX_RATE = 1e9
 """Most requests per second a serving workload may state: only the absurd is refused (a rate that overflows the
 queueing arithmetic)."""
+MAX_SERVE_GPUS = 4096
+"""Most GPUs `serve plan` searches one deployment over. Its search counts replicas and disaggregated worker pairs
+one by one, so time and memory grow with the GPU count (4,096 GPUs: about 30 s and a few hundred MiB on 2 cores;
+16,384 exhausted 24 GiB), and a larger fleet is replicas of a smaller deployment anyway."""

@@ -12,7 +12,7 @@ import typer
 
 from parplan._input import check_output, read_yaml, write_yaml
 from parplan._resources import data_dir
-from parplan.cli._options import JsonOpt, RunsCompileOpt
+from parplan.cli._options import JsonOpt, RunsCompileOpt, usage_errors
 from parplan.cli._output import Column, console, fitted_table, print_json
 
 
@@ -58,7 +58,8 @@ def _cluster_fit(runs: Path, cluster: str, stack: str | None, compile: bool | No
     from parplan.stacks import load_stack
 
     spec = load_cluster(cluster)
-    override = load_stack(stack, compile=compile) if stack is not None else None
+    with usage_errors():  # --compile on a stack without a compile path (a stack file's own errors name it)
+        override = load_stack(stack, compile=compile) if stack is not None else None
     result = calibrate(with_compile(load_runs(runs), compile), spec, override)
     cal = dataclasses.asdict(result.calibration)
     if out is not None:

@@ -168,7 +168,8 @@ def explain(
     if not p2p_overlap and not p2p_overlap_acts(strategy.pp, SCHEDULES.index(strategy.schedule)):
         raise typer.BadParameter("acts only on the interleaved schedule with pp > 1 (1F1B and ZB wait for their "
                                  "transfers, DualPipe always overlaps them)", param_hint="--no-p2p-overlap")
-    stack_spec = load_stack(stack, compile=compile)
+    with usage_errors():  # --compile on a stack without a compile path (a stack file's own errors name it)
+        stack_spec = load_stack(stack, compile=compile)
     est = evaluate(model_spec, cluster_spec, strategy, workload=workload, stack=stack_spec)
     moe = moe_section(model_spec, cluster_spec, est, workload, stack_spec)
     sentence = bottleneck(est, cluster_spec)

@@ -196,7 +196,8 @@ def plan_command(
             targets(emit)
     model_spec = load_model(model)
     base = load_cluster(cluster)
-    stack_spec = load_stack(stack, compile=compile)
+    with usage_errors():  # --compile on a stack without a compile path (a stack file's own errors name it)
+        stack_spec = load_stack(stack, compile=compile)
     if space.precision == ("fp8",) and not base.gpu.supports_fp8:
         # Asked for fp8 only: say why instead of "no layout fits" (in a list, the fp8_supported rule drops it).
         raise ConfigError(f"{base.gpu.name} has no fp8 tensor cores; use --precision bf16", field="precision")

@@ -67,7 +67,8 @@ def scale_command(
     with usage_errors():
         space = space_from_options(precision=precision, max_memory_fraction=max_memory_fraction)
     model_spec, base = load_model(model), load_cluster(cluster)
-    stack_spec = load_stack(stack, compile=compile)
+    with usage_errors():  # --compile on a stack without a compile path (a stack file's own errors name it)
+        stack_spec = load_stack(stack, compile=compile)
     with usage_errors():
         workload = parse_expert_load(expert_load, model_spec)
     with search_progress() as update:

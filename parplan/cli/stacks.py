@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from parplan.cli._options import JsonOpt
+from parplan.cli._options import JsonOpt, usage_errors
 from parplan.cli._output import Column, console, fitted_table, print_json
 
 app = typer.Typer(help="Software stack presets and stack files.", no_args_is_help=True)
@@ -50,7 +50,8 @@ def show_stack(
     """Show every fact of a stack and where it comes from."""
     from parplan.stacks import load_stack
 
-    s = load_stack(name, compile=compile)
+    with usage_errors():  # --compile on a stack without a compile path (a stack file's own errors name it)
+        s = load_stack(name, compile=compile)
     if json_out:
         print_json(s.summary())
         return

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from parplan.cli._options import JsonOpt, RunsCompileOpt, RunsStackOpt, TimeLimitOpt, deadline
+from parplan.cli._options import JsonOpt, RunsCompileOpt, RunsStackOpt, TimeLimitOpt, deadline, usage_errors
 from parplan.cli._output import Column, console, fitted_table, print_json, search_progress
 
 if TYPE_CHECKING:
@@ -52,7 +52,8 @@ def validate(
 
     until = deadline(time_limit)
     runs = load_runs(data)
-    override = load_stack(stack, compile=compile) if stack is not None else None
+    with usage_errors():  # --compile on a stack without a compile path (a stack file's own errors name it)
+        override = load_stack(stack, compile=compile) if stack is not None else None
     runs = with_compile(runs, compile)
     if tier:
         runs = [r for r in runs if r.tier == tier]
