@@ -118,7 +118,7 @@ def _engine(entry: _Entry) -> str:
 
 def _cluster(entry: _Entry) -> str:
     gpu = entry.section("gpu").get("type")
-    if gpu not in SYSTEMS:
+    if not isinstance(gpu, str) or gpu not in SYSTEMS:
         raise ParplanError(f"no cluster preset for the GPU {gpu!r}")
     return SYSTEMS[gpu]
 
