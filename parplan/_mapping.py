@@ -79,9 +79,7 @@ def as_int(value: Any, *, min: int | None = None, max: int | None = None) -> tup
 
 def as_float(value: Any, *, min: float | None = None, max: float | None = None,
              above: float | None = None) -> tuple[float | None, str | None]:
-    """(the number, None), or (None, the rule `value` breaks): a finite number within the range. An int comes
-    back as the int (a float under the numeric tower), so documents echo a number as the user wrote it (29, not
-    29.0)."""
+    """(the float, None), or (None, the rule `value` breaks): a finite number within the range."""
     if not _number(value):
         return None, f"expected a number, got {shown(value)}"
     try:
@@ -91,7 +89,7 @@ def as_float(value: Any, *, min: float | None = None, max: float | None = None,
     if not math.isfinite(number):
         return None, f"must be a finite number, got {shown(value)}"
     rule = _in_range(number, min, max, above)
-    return (None, f"{rule}, got {number:g}") if rule else (value if isinstance(value, int) else number, None)
+    return (None, f"{rule}, got {number:g}") if rule else (number, None)
 
 
 class Fields:

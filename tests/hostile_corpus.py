@@ -473,7 +473,7 @@ RUN = {
     "id": "mine", "group": "me", "tier": "A", "source": "my cluster", "cluster": "h100", "gpus": 8,
     "model": "llama3.1-8b", "strategy": {"tp": 8, "pp": 1, "zero": 1, "sp": True, "recompute": "selective"},
     "batch": {"gbs": 64, "seq": 4096}, "precision": "bf16",
-    "measured": {"tokens_per_s_per_gpu": 3000.0, "peak_memory_gib": 40.0},
+    "measured": {"tokens_per_s_per_gpu": 3000.0, "peak_memory_gib": 40.0, "peak_memory_kind": "allocated"},
 }
 
 

@@ -118,12 +118,12 @@ def test_zipf_load_makes_a_straggler_and_eplb_relieves_it():
 
 def test_replica_memory_by_hand():
     """ep = 16 with 16 redundant slots: each GPU holds one more expert per MoE layer, 3·1024·2048 parameters
-    (gated w1, w3, w2) × 4 layers, each costing 2 (bf16) + 4 (fp32 grad) + 12 (Adam, unsharded: the expert
-    data-parallel group is 16/(1·16·1) = 1) bytes."""
+    (gated w1, w3, w2) × 4 layers, each costing 2 (bf16) + 4 (fp32 grad) + 8 (fp32 master and bf16 Adam moments,
+    DeepSeek-V3 §3.3.3; unsharded: the expert data-parallel group is 16/(1·16·1) = 1) bytes."""
     cluster = load_cluster("h100", gpus=16)
     base = Strategy(ep=16, gbs=16, seq=1024)
     with_replicas = dataclasses.replace(base, redundant_experts=16)
-    expected = 18 * 4 * 3 * 1024 * 2048 / 2**30
+    expected = 14 * 4 * 3 * 1024 * 2048 / 2**30
     # EPLB replicas are DeepSeek's (report §3.4): the deepseek stack runs them, Megatron-Core does not.
     est = evaluate(TOY, cluster, with_replicas, stack="deepseek")
     assert est.memory_gib - evaluate(TOY, cluster, base, stack="deepseek").memory_gib == pytest.approx(expected,

@@ -162,6 +162,26 @@ def test_more_concurrency_more_throughput_slower_tokens():
     assert np.all(np.diff(ev.output_tok_s_per_gpu) > 0) and np.all(np.diff(ev.phase.tpot) > 0)
 
 
+def test_lone_request_decodes_alone():
+    """With one request in flight no other prompt is prefilled while it decodes (its own prefill is over before
+    its first token, in TTFT), so its TPOT is the decode step, every step of its span a pure decode step."""
+    est = serve_evaluate(LLAMA70, "h100", Deployment(engine="vllm", precision=Precision(gemm="fp8", moe="fp8"),
+                                                     pool=Pool(tp=8)), Workload(isl=4096, osl=256, concurrency=1))
+    assert est.tpot_ms == pytest.approx(est.steps["decode"]["total"] * 1e3, rel=1e-12)
+    assert est.state["mixed_step_share"] > 0  # the steps of the loop do carry its prompts
+
+
+def test_attention_dp_ranks_wait_for_each_others_prefill():
+    """Under attention DP the MoE layers join the dp ranks in every step: a step carries prefill when any rank
+    does. Ranks admit requests independently, so with a share f of each rank's steps carrying its own prompts,
+    1 − (1 − f)^dp of the group's steps do (dp 8: f = 5% gives 33.7%); without DP, f."""
+    ev = _agg(DSV3, "h200", "sglang", [Pool(tp=1, dp=8, moe_ep=8), Pool(tp=8, moe_ep=8)], [4096] * 2, [1024] * 2,
+              [256, 32], Precision(gemm="fp8", moe="fp8"))
+    f, share = ev.phase.rank_mixed_share, ev.phase.mixed_share
+    assert 0 < f[0] < 1 and share[0] == pytest.approx(1 - (1 - f[0]) ** 8, rel=1e-12)
+    assert share[1] == pytest.approx(f[1], rel=1e-12)
+
+
 def test_open_loop_rate():
     """At 2 requests/s a deployment completes 2 requests/s; at 10,000 it is overloaded, with the reason."""
     d = Deployment(engine="vllm", precision=Precision(gemm="fp8", moe="fp8"), pool=Pool(tp=8))
@@ -222,8 +242,9 @@ def test_bad_workloads_and_layouts():
 
 
 def test_fit_loss_caps_each_row_and_reports_ape():
-    """The calibration's loss: mean |log(pred/meas)| of TPOT (×1.5) and TTFT, each row capped (0.7, 1.2), so
-    a row off by 10× weighs as one off by 2×; its report is the median |pred/meas − 1|."""
+    """The calibration's loss: mean |log(pred/meas)| of TPOT (×1.5) and TTFT, each row capped (0.4, 0.5), so
+    a row off by 10× weighs as one off by 1.5× (TPOT) or 1.65× (TTFT); its report is the median
+    |pred/meas − 1|."""
     from parplan.serving.calibrate import loss, median_ape
     from parplan.serving.cases import Case
     from parplan.serving.validate import CaseResult
@@ -235,6 +256,51 @@ def test_fit_loss_caps_each_row_and_reports_ape():
 
     rows = [result(1.1, 1.0), result(0.5, 1.0), result(0.1, 20.0)]
     assert median_ape(rows, "tpot_ms") == pytest.approx(0.5)  # APEs 0.1, 0.5, 0.9
-    # TPOT: (ln 1.1 + ln 2 + 0.7 capped) / 3 × 1.5; TTFT: (0 + 0 + 1.2 capped) / 3
-    expected = 1.5 * (np.log(1.1) + np.log(2.0) + 0.7) / 3 + 1.2 / 3
+    # TPOT: (ln 1.1 + 0.4 capped (ln 2) + 0.4 capped (ln 10)) / 3 × 1.5; TTFT: (0 + 0 + 0.5 capped) / 3
+    expected = 1.5 * (np.log(1.1) + 0.4 + 0.4) / 3 + 0.5 / 3
     assert loss(rows) == pytest.approx(expected)
+
+
+def test_published_run_keeps_its_token_budget():
+    """A max-throughput run states its step budget (TensorRT-LLM blog Best_perf_practice_on_DeepSeek-R1:
+    trtllm-bench --max_num_tokens 1536 on B200, 1151 on H200): the case runs with it, not the engine default."""
+    from parplan.serving.published import read_published_yaml
+    from parplan.serving.validate import shipped_files
+
+    cases = {c.id: c for c in read_published_yaml(shipped_files()[1])}
+    assert cases["trtllm_dsr1_b200_max_tput_bf16kv"].deployment.chunk_tokens == 1536
+    assert cases["trtllm_dsr1_h200_max_tput"].deployment.chunk_tokens == 1151
+
+
+def test_overlap_scheduler_hides_launches_behind_the_gpu():
+    """TensorRT-LLM's overlap scheduler (llm_args disable_overlap_scheduler default False) launches a step while
+    the GPU runs the one before: an eager step takes the longer of its launches and its GPU work, plus the step's
+    host time, instead of their sum. aiconfigurator's measured rows ran with it off (its generated configs set
+    disable_overlap_scheduler true), so the CSV reader marks them."""
+    from parplan.serving.cases import read_measured_csv
+    from parplan.serving.validate import shipped_files
+
+    m, cl = load_model(LLAMA70), load_cluster("h100")
+    lay = PoolArrays.from_pools([Pool(tp=8)])
+    on = load_engine("trtllm")
+    off = on.configured(False)
+    assert on.overlap_scheduler and not off.overlap_scheduler
+    args = (np.array([64.0]), np.array([2048.0]), np.array([1024.0]), np.array([512.0]), np.array([1.0]))
+    a = StepModel(m, cl, on, Precision(gemm="fp8", moe="fp8"), lay).step(*args, mixed=True)
+    b = StepModel(m, cl, off, Precision(gemm="fp8", moe="fp8"), lay).step(*args, mixed=True)
+    gpu = float(b.total[0] - b.host[0])
+    launch = float(b.host[0]) - on.knobs.decode_step_ms * 1e-3
+    assert float(a.total[0]) == pytest.approx(max(gpu, launch) + on.knobs.decode_step_ms * 1e-3, rel=1e-12)
+    rows = [c for c in read_measured_csv(shipped_files()[0]) if c.engine == "trtllm" and c.deployment]
+    assert rows and all(c.deployment.overlap_scheduler is False for c in rows)
+
+
+def test_finite_run_goes_in_whole_waves():
+    """trtllm-bench queues all N requests of equal lengths; with B running at once they finish in ⌈N/B⌉ waves, the
+    last one partial, so the run keeps (N/B)/⌈N/B⌉ of the steady throughput: 3,000 requests (perf-overview.md's
+    count for 128/2048) with 1,237 at once run 3 waves, 3000/1237/3 = 80.8%; with 1,000 at once, all of it."""
+    from parplan.serving.published import _whole_waves
+
+    assert _whole_waves(3000, 1237) == pytest.approx(3000 / 1237 / 3, rel=1e-12)
+    assert _whole_waves(3000, 1000) == pytest.approx(1.0)
+    assert _whole_waves(0, 1000) == 1.0  # the run's request count not stated: steady state

@@ -217,7 +217,7 @@ def _subset(tmp_path, ids: set[str]):
     return path
 
 
-TITAN_RUNS = {"torchtitan_asynctp_l31_8b_fsdp8_tp8_bf16_vanillatp", "torchao_l3_8b_h100_fsdp8_bf16"}
+TITAN_RUNS = {"torchtitan_asynctp_l31_8b_fsdp8_tp8_bf16_vanillatp", "torchao_l3_8b_mi300x_fsdp8_bf16"}
 """One tier-A run from each of two torchtitan source groups (the torchtitan asyncTP and torchao benchmarks)."""
 
 

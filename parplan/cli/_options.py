@@ -55,14 +55,18 @@ def option_name(field: str) -> str:
 
 @contextlib.contextmanager
 def usage_errors(options: dict[str, str] | None = None) -> Iterator[None]:
-    """ConfigErrors about option values (no file named) inside the block become usage errors naming the
-    option (`options` maps a field to an option spelt otherwise); errors about files pass through."""
+    """ConfigErrors about option values inside the block become usage errors naming the option: those that
+    name no file (`options` maps a field to an option spelt otherwise), and those that name an option where a
+    file would be (`--memory`, whose values read like a file's fields). Errors about files pass through."""
     try:
         yield
     except ConfigError as e:
+        if e.file is not None and e.file.startswith("--"):
+            rule = f"field '{e.field}': {e.rule}" if e.field else e.rule
+            raise typer.BadParameter(rule, param_hint=e.file) from None
         if e.file is not None or not e.field:
             raise
-        hint = (options or {}).get(e.field) or option_name(e.field)
+        hint = (options or {}).get(e.field) or (e.field if e.field.startswith("--") else option_name(e.field))
         raise typer.BadParameter(e.rule, param_hint=hint) from None
 
 
@@ -87,6 +91,9 @@ StackOpt = Annotated[str, typer.Option(
          "nanotron, maxtext, deepseek, or a stack YAML file (parplan stacks list).")]
 CompileOpt = Annotated[bool | None, typer.Option(
     "--compile/--no-compile", help="torch.compile on or off where the stack supports it (default: the stack's).")]
+MemoryOpt = Annotated[list[str] | None, typer.Option(
+    "--memory", help="Set one memory fact of the stack, KEY=VALUE (repeatable), e.g. moment_bytes=2, "
+                     "optimizer_offload=1.0, allocator=expandable_segments (parplan stacks show NAME lists them).")]
 RunsStackOpt = Annotated[str | None, typer.Option(
     "--stack", metavar="NAME|FILE",
     help="Cost every run as this stack (preset or stack file); default: each run's own `stack:`.")]

@@ -14,6 +14,7 @@ from parplan.cli._options import (
     ExpertLoadOpt,
     GpusOpt,
     JsonOpt,
+    MemoryOpt,
     ModelOpt,
     PlotOpt,
     SeqOpt,
@@ -112,6 +113,7 @@ def explain(
     expert_load: ExpertLoadOpt = None,
     stack: StackOpt = DEFAULT_STACK,
     compile: CompileOpt = None,
+    memory: MemoryOpt = None,
     timeline: Annotated[bool, typer.Option("--timeline", help="Draw the pipeline schedule.")] = False,
     plot: PlotOpt = None,
     json_out: JsonOpt = False,
@@ -127,6 +129,7 @@ def explain(
     from parplan.planner.workload import parse_expert_load
     from parplan.plots import check_plot_path, plot_estimate
     from parplan.stacks import load_stack
+    from parplan.stacks.presets import with_memory
 
     if recompute.startswith(BLOCKS_PREFIX):
         try:
@@ -168,8 +171,8 @@ def explain(
     if not p2p_overlap and not p2p_overlap_acts(strategy.pp, SCHEDULES.index(strategy.schedule)):
         raise typer.BadParameter("acts only on the interleaved schedule with pp > 1 (1F1B and ZB wait for their "
                                  "transfers, DualPipe always overlaps them)", param_hint="--no-p2p-overlap")
-    with usage_errors():  # --compile on a stack without a compile path (a stack file's own errors name it)
-        stack_spec = load_stack(stack, compile=compile)
+    with usage_errors():  # --compile or --memory the stack cannot take (a stack file's own errors name it)
+        stack_spec = with_memory(load_stack(stack, compile=compile), memory or [])
     est = evaluate(model_spec, cluster_spec, strategy, workload=workload, stack=stack_spec)
     moe = moe_section(model_spec, cluster_spec, est, workload, stack_spec)
     sentence = bottleneck(est, cluster_spec)
@@ -180,6 +183,7 @@ def explain(
         doc["model_source"] = model
         doc["cluster_source"] = cluster
         doc["stack_source"] = stack
+        doc["memory_settings"] = list(memory or [])
         doc["bottleneck"] = sentence
         doc["moe"] = moe.as_dict() if moe else None
         if timeline:
@@ -226,8 +230,9 @@ def show_estimate(est: Estimate, sentence: str, moe: MoESection | None = None) -
             ("step time", f"{est.step_time_s:.3f} s"),
             ("throughput", f"{est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU ({est.tokens_per_s:,.0f} tokens/s)"),
             ("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}"),
-            ("memory", f"{est.memory_gib:.1f} GiB peak allocated, {est.required_gib:.1f} GiB needed of "
-                       f"{est.capacity_gib:g} GiB: {'fits' if est.fits else 'DOES NOT FIT'}"),
+            ("memory", memory_line(est)),
+            *([("host memory", f"{est.host_gib:.1f} GiB per GPU (offloaded optimizer states, EMA)")]
+              if est.host_gib > 0 else []),
         ],
     ))
     rows = [[name.replace("_", " "), f"{row['seconds']:.3f}", f"{row['exposed']:.3f}", f"{row['overlapped']:.3f}",
@@ -239,10 +244,12 @@ def show_estimate(est: Estimate, sentence: str, moe: MoESection | None = None) -
     console.print(fitted_table("Time per step (critical path), seconds", [(columns, rows)]))
     if moe is not None:
         console.print(moe_table(moe))
-    columns = [Column("pipeline ranks", "ranks", left=True, wrap=True),
-               *(Column(name, _SHORT.get(name, "")) for name in MEMORY_COMPONENTS), Column("total")]
-    rows = [[stage_label(st), *(f"{st['memory_gib'][c]:.1f}" for c in MEMORY_COMPONENTS),
-             f"{st['memory_total_gib']:.1f}"] for st in est.stages]
+    columns = [Column("pipeline ranks", "ranks", left=True, wrap=True), Column("layers", drop=2),
+               *(Column(name, _SHORT.get(name, "")) for name in MEMORY_COMPONENTS),
+               Column("allocated", "alloc"), Column("reserved", "resv", drop=1), Column("device", "dev")]
+    rows = [[stage_label(st), str(st["dense_layers"] + st["moe_layers"]),
+             *(f"{st['memory_gib'][c]:.1f}" for c in MEMORY_COMPONENTS), f"{st['memory_total_gib']:.1f}",
+             f"{st['memory_reserved_gib']:.1f}", f"{st['memory_device_gib']:.1f}"] for st in est.stages]
     console.print(fitted_table("Memory per pipeline rank, GiB", [(columns, rows)]))
     console.print(memory_bars(est, width=min(60, console.width - 40)))
     console.print(sentence, highlight=False)
@@ -250,6 +257,15 @@ def show_estimate(est: Estimate, sentence: str, moe: MoESection | None = None) -
 
 _SHORT = {"weights": "wts", "gradients": "grads", "optimizer": "optim", "activations": "act", "buffers": "buf"}
 """Short memory-component headers for narrow consoles."""
+
+
+def memory_line(est: Estimate) -> str:
+    """The three memory kinds of the most loaded rank, what lies outside PyTorch's allocator, and the verdict."""
+    out = est.outside_allocator_gib
+    parts = ", ".join(f"{name} {out[key]:.1f}" for key, name in (("cuda_context", "CUDA context"), ("nccl", "NCCL"),
+                                                                   ("deepep", "DeepEP")) if out[key] > 0)
+    return (f"{est.memory_gib:.1f} GiB peak allocated, {est.reserved_gib:.1f} reserved, {est.device_gib:.1f} on the "
+            f"device ({parts}) of {est.capacity_gib:g} GiB: {'fits' if est.fits else 'DOES NOT FIT'}")
 
 
 def moe_table(moe: MoESection) -> Table:

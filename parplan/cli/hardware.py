@@ -56,6 +56,8 @@ def show_hardware(
         ("best GEMM / peak", ", ".join(f"{k} {v:.1%}" for k, v in g.gemm_peak_fraction.items())),
         ("memory", f"{g.hbm_gib:g} GiB at {g.hbm_tbps:g} TB/s"),
         ("flash attention / peak", f"fwd {g.attention_fwd_fraction:.0%}, bwd {g.attention_bwd_fraction:.0%}"),
+        ("host", f"{g.host_link_gbps:g} GB/s/dir GPU-host link, {g.host_memory_gbps:g} GB/s of host memory per GPU "
+                 "(what offloading moves over)"),
         ("scale-up", f"{c.scaleup.name}: {c.scaleup.bandwidth_gbps:g} GB/s/dir, ring busbw "
                      f"{c.scaleup.busbw_gbps:g}" + (f", all-reduce busbw {c.scaleup.allreduce_busbw_gbps:g}"
                                                     if c.scaleup.allreduce_busbw_gbps else "")

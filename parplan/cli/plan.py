@@ -16,10 +16,10 @@ from parplan.cli._options import (
     GpuCountsOpt,
     JsonOpt,
     MemoryFractionOpt,
+    MemoryOpt,
     ModelOpt,
     PrecisionsOpt,
     SeqOpt,
-    StackOpt,
     TimeLimitOpt,
     deadline,
     int_spec,
@@ -56,6 +56,8 @@ def _explain_command(est: Estimate, sources: dict[str, object], expert_load: str
         parts += ["--stack", str(sources["stack_source"])]
     if est.compile != load_stack(sources["stack_source"]).compiled:
         parts.append("--compile" if est.compile else "--no-compile")
+    for setting in sources["memory_settings"]:
+        parts += ["--memory", str(setting)]
     return " ".join(parts + (["--expert-load", expert_load] if expert_load else []))
 
 
@@ -157,8 +159,13 @@ def plan_command(
     days: Annotated[float | None, typer.Option(callback=number(above=0), metavar="NUMBER",
                                                help="Deadline in days: smallest GPU count meeting it.")] = None,
     top: Annotated[int, typer.Option(min=1, max=1000, help="Rows to show.")] = 5,
-    stack: StackOpt = DEFAULT_STACK,
+    stack: Annotated[str | None, typer.Option(
+        "--stack", metavar="NAME|FILE",
+        help="Software stack the layouts run on: megatron-core, megatron-deepspeed, torchtitan, fsdp, "
+             "nanotron, maxtext, deepseek, or a stack YAML file (parplan stacks list). Default: the "
+             "stack of --framework (or --emit) where given, else megatron-core.")] = None,
     compile: CompileOpt = None,
+    memory: MemoryOpt = None,
     framework: Annotated[str | None, typer.Option(
         help="Only layouts this framework can run: megatron, deepspeed or torchtitan (every version parplan "
              "exports for), or one version, e.g. torchtitan@0.2.2.")] = None,
@@ -175,6 +182,7 @@ def plan_command(
     from parplan.planner.search import OBJECTIVES, check_size, plan_or_raise
     from parplan.planner.workload import parse_expert_load
     from parplan.stacks import load_stack
+    from parplan.stacks.presets import with_memory
 
     if objective not in OBJECTIVES:
         raise typer.BadParameter(f"must be one of {', '.join(OBJECTIVES)}", param_hint="--objective")
@@ -196,8 +204,9 @@ def plan_command(
             targets(emit)
     model_spec = load_model(model)
     base = load_cluster(cluster)
-    with usage_errors():  # --compile on a stack without a compile path (a stack file's own errors name it)
-        stack_spec = load_stack(stack, compile=compile)
+    stack = _stack_name(stack, framework or emit)
+    with usage_errors():  # --compile or --memory the stack cannot take (a stack file's own errors name it)
+        stack_spec = with_memory(load_stack(stack, compile=compile), memory or [])
     if space.precision == ("fp8",) and not base.gpu.supports_fp8:
         # Asked for fp8 only: say why instead of "no layout fits" (in a list, the fp8_supported rule drops it).
         raise ConfigError(f"{base.gpu.name} has no fp8 tensor cores; use --precision bf16", field="precision")
@@ -231,7 +240,8 @@ def plan_command(
     if not results:
         assert failure is not None
         raise failure
-    sources = {"model_source": model, "cluster_source": cluster, "stack_source": stack}
+    sources = {"model_source": model, "cluster_source": cluster, "stack_source": stack,
+               "memory_settings": list(memory or [])}
     launch = None
     if emit is not None:
         best = results[-1][1].plans[0]  # the largest size that fits
@@ -242,6 +252,21 @@ def plan_command(
         _show_sizes(results, tokens, days, json_out, sources)
         if launch is not None and not json_out:
             print_text(launch.text)
+
+
+def _stack_name(stack: str | None, framework: str | None) -> str:
+    """The stack to cost the layouts as: the one given, else the framework's own (a plan for torchtitan is
+    costed as torchtitan runs it); a given stack that exports for another framework is a usage error."""
+    from parplan.stacks import load_stack
+    from parplan.stacks.support import stack_for_framework
+
+    if stack is None:
+        return stack_for_framework(framework) if framework else DEFAULT_STACK
+    exporter = load_stack(stack).runs.exporter
+    if framework and exporter is not None and exporter.partition("@")[0] != framework.partition("@")[0].lower():
+        raise typer.BadParameter(f"the stack {stack} runs {exporter} layouts, not {framework}'s; give the stack "
+                                 f"{stack_for_framework(framework)} or leave --stack out", param_hint="--stack")
+    return stack
 
 
 def _show_single(result: PlanResult, tokens: float | None, json_out: bool, sources: dict[str, object],

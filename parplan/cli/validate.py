@@ -47,7 +47,14 @@ def validate(
         raise typer.BadParameter("a FILE argument goes with --serving; training runs are read with --data",
                                  param_hint="FILE")
     from parplan.planner.stack_fit import cross_validate as cross_validate_runs
-    from parplan.planner.validate import load_runs, rank_runs, summarize, validate_runs, with_compile
+    from parplan.planner.validate import (
+        UNKNOWN_KIND_COMPARED_AS,
+        load_runs,
+        rank_runs,
+        summarize,
+        validate_runs,
+        with_compile,
+    )
     from parplan.stacks import load_stack
 
     until = deadline(time_limit)
@@ -81,30 +88,44 @@ def validate(
                 "compile": r.estimate.compile if r.estimate else None,
                 "measured_tokens_per_s_per_gpu": r.run.tokens_per_s_per_gpu,
                 "predicted_tokens_per_s_per_gpu": r.predicted, "throughput_error": r.throughput_error,
-                "measured_memory_gib": r.run.peak_memory_gib, "predicted_memory_gib": r.predicted_memory_gib,
+                "measured_memory_gib": r.run.peak_memory_gib, "measured_memory_kind": r.run.peak_memory_kind,
+                "memory_kind_compared": r.memory_kind, "memory_flag": r.memory_flag,
+                "predicted_memory_gib": r.predicted_memory_gib, "memory_error": r.memory_error,
+                "fits": r.fits, "required_gib": r.estimate.required_gib, "capacity_gib": r.estimate.capacity_gib,
                 # A run that cannot be evaluated is an input error now, so "error" is always null; the key
                 # stays for readers of the document.
-                "memory_error": r.memory_error, "error": None,
+                "memory_kinds_gib": r.estimate.memory_kinds(), "error": None,
                 "strategy": r.run.strategy.as_dict(r.run.gpus),
             } for r in results],
             "summary": {"by_tier": by_tier, "by_group": by_group},
         })
         return
-    columns = [Column("run", left=True, wrap=True), Column("tier", left=True, drop=2), Column("GPUs"),
+    columns = [Column("run", left=True, wrap=True), Column("tier", left=True, drop=3), Column("GPUs"),
                Column("measured", "meas"), Column("predicted", "pred"), Column("error"),
-               Column("memory GiB pred/meas", "GiB p/m", drop=1)]
+               Column("memory GiB pred/meas, kind", "GiB p/m", left=True, wrap=True, drop=2),
+               Column("fits", left=True, wrap=True, drop=1)]
     rows = [[r.run.id, r.run.tier, str(r.run.gpus), f"{r.run.tokens_per_s_per_gpu:,.1f}", f"{r.predicted:,.1f}",
              f"{r.throughput_error:+.1%}",
-             f"{r.predicted_memory_gib:.1f}/{r.run.peak_memory_gib:.1f}" if r.memory_error is not None else ""]
+             (f"{r.predicted_memory_gib:.1f}/{r.run.peak_memory_gib:.1f} {r.run.peak_memory_kind}"
+              + ("*" if r.memory_flag else "")) if r.memory_error is not None else "",
+             "yes" if r.fits else f"DOES NOT FIT ({r.estimate.required_gib:.1f}/{r.estimate.capacity_gib:g})"]
             for r in results]
-    console.print(fitted_table("Published runs: predicted vs measured tokens/s/GPU", [(columns, rows)]))
+    console.print(fitted_table("Published runs: predicted vs measured tokens/s/GPU (memory like with like; every run "
+                               "ran, so 'does not fit' marks a memory prediction that is too high)", [(columns, rows)]))
+    if any(r.memory_flag for r in results):
+        console.print(f"* the run does not say which memory it measured: compared as {UNKNOWN_KIND_COMPARED_AS}",
+                      highlight=False)
     for title, summary, key in (("By tier", by_tier, "tier"), ("By group", by_group, "group")):
-        columns = [Column(key, left=True, wrap=True), Column("runs"), Column("median"), Column("p90"), Column("mean"),
-                   Column("max"), Column("memory median", "mem median", drop=1)]
+        columns = [Column(key, left=True, wrap=True), Column("runs"), Column("median"), Column("p90"),
+                   Column("mean", drop=4), Column("max", drop=3), Column("memory runs", "mem runs", drop=5),
+                   Column("memory median", "mem med"), Column("memory p90", "mem p90", drop=2),
+                   Column("not fitting", "no fit", drop=1)]
         rows = [[str(row[key]), str(row["runs"]), _pct(row["median_abs_error"]), _pct(row["p90_abs_error"]),
-                 _pct(row["mean_abs_error"]), _pct(row["max_abs_error"]), _pct(row["memory_median_abs_error"])]
-                for row in summary]
-        console.print(fitted_table(f"{title}: absolute throughput error", [(columns, rows)]))
+                 _pct(row["mean_abs_error"]), _pct(row["max_abs_error"]), str(row["memory_runs"]),
+                 _pct(row["memory_median_abs_error"]), _pct(row["memory_p90_abs_error"]),
+                 str(row["predicted_not_to_fit"])] for row in summary]
+        console.print(fitted_table(f"{title}: absolute throughput error; peak memory error like with like",
+                                   [(columns, rows)]))
 
 
 def _show_cross_validation(held: list[HeldOut], json_out: bool) -> None:

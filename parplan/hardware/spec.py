@@ -72,6 +72,12 @@ class GPUSpec:
     """Backward counterpart of attention_kernel_fwd (FLOPs counted as 2.5× forward)."""
     attention_half_seq: int = 650
     """Sequence length at which flash attention reaches half of its long-sequence throughput, tokens."""
+    host_link_gbps: float = 64.0
+    """GPU-to-host bandwidth per direction, GB/s (PCIe 5.0 x16 unless the preset says otherwise): what offloading
+    optimizer states or activations to host memory moves over."""
+    host_memory_gbps: float = 77.0
+    """Host DRAM bandwidth of one GPU's share of the node's CPUs, GB/s: what a CPU optimizer step streams over
+    (default: a DGX H100's two 8-channel DDR5-4800 sockets, 614 GB/s, over 8 GPUs)."""
 
     def __post_init__(self) -> None:
         unknown = [key for key in (*self.peak_tflops, *self.gemm_peak_fraction) if key not in DTYPES]

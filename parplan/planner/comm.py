@@ -269,8 +269,9 @@ def pp_bubble_transfers(ctx: Ctx) -> np.ndarray:
 
 
 def reduces_every_microbatch(ctx: Ctx) -> np.ndarray:
-    """ZeRO-2/3 reduce-scatter gradients after every micro-batch unless a pipeline defers the sync."""
-    return (ctx.lay.zero >= 2) & (ctx.p == 1)
+    """ZeRO-2/3 reduce-scatter gradients after every micro-batch unless a pipeline defers the sync (the stack's
+    memory.pipeline_grad_shards)."""
+    return (ctx.lay.zero >= 2) & ((ctx.p == 1) | ctx.stack.memory.pipeline_grad_shards)
 
 
 @dataclass(frozen=True, slots=True)

@@ -187,6 +187,15 @@ def gemm_work(ctx: Ctx, kind: LayerKind, keep: Callable[[Linear], float] = lambd
     return GemmWork(*(zero + x for x in (fwd, bwd, wgrad, flops, fp8_inputs, weights)))
 
 
+DETERMINISTIC_FLASH_BACKWARD = 361.3 / 574.7
+"""Throughput of a flash-attention backward that accumulates dQ in a fixed order (each key block waits its turn
+on a semaphore instead of adding atomically), relative to the atomic one: FlashAttention-3 on H100, head dim
+128, causal, 8k tokens, 574.7 TFLOP/s non-deterministic against 361.3 with the ordered accumulation
+(Dao-AILab/flash-attention PR #1893 benchmark, 'naive det'; its later SPT schedule reaches 474.0). Deterministic
+mode (StackSpec.kernels.deterministic) runs it: NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 in Transformer Engine,
+flash-attn's deterministic=True. The unfused attention has no atomics and is unchanged."""
+
+
 def _attention(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds of the attention core (QKᵀ, softmax, P·V) of one layer, averaged over
     full and sliding layers."""
@@ -208,6 +217,8 @@ def _attention(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
         if sliding and a.sliding_window:
             block = np.minimum(block, a.sliding_window)
         flash_f, flash_b = flash_attention_time(gpu, f_flops, block, peak, ctx.stack.kernels.attention)
+        if ctx.stack.kernels.deterministic:
+            flash_b = flash_b / DETERMINISTIC_FLASH_BACKWARD
         # Unfused: the full s×s scores per head, batched GEMMs (bmm) plus a memory-bound softmax.
         count = ctx.b * heads
         s_q = ctx.s / ctx.c
@@ -315,6 +326,49 @@ def norm_recompute_time(ctx: Ctx, kind: LayerKind) -> np.ndarray:
     return memory_bound_time(ctx.cluster.gpu, nbytes, kernels)
 
 
+def allocated_elements(ctx: Ctx, kind: LayerKind) -> tuple[np.ndarray, np.ndarray]:
+    """Elements of the activation-sized tensors one layer allocates per micro-batch on one rank, forward and
+    backward (hand count). Forward: each linear's output (M·N), the attention output, and the element-wise
+    outputs: the two norms and the two residual adds (h per token on the SP shard), the rotated q and k, the
+    activation function's output, and the MoE permutation's k copies and the unpermuted sum. Backward: each
+    linear's data gradient (M·K), the attention's dq, dk and dv, and one gradient per element-wise output.
+    Weight gradients accumulate into the preallocated main-grad buffer and allocate nothing."""
+    model, a = ctx.model, ctx.model.attention
+    fwd = bwd = 0.0
+    for _, m, n, k, count in gemm_shapes(ctx, kind):
+        fwd = fwd + m * n * count
+        bwd = bwd + m * k * count
+    heads, kv = a.heads / ctx.t, (a.heads if a.mla else a.kv_heads) / ctx.t
+    fwd = fwd + ctx.tokens * heads * a.v_head_dim
+    bwd = bwd + ctx.tokens * (heads * a.qk_head_dim + kv * (a.qk_head_dim + a.v_head_dim))
+    elem = 4.0 * ctx.tokens_sp * model.hidden
+    if model.position == "rope":
+        elem = elem + ctx.tokens * (heads + kv) * a.qk_head_dim
+    if kind is LayerKind.DENSE:
+        elem = elem + ctx.tokens * model.mlp.ffn / ctx.t
+    else:
+        moe = model.moe
+        assert moe is not None
+        tm = ctx.tokens_moe * ctx.straggler
+        elem = elem + tm * moe.top_k * moe.expert_ffn + ctx.tokens * moe.shared_experts * moe.shared_ffn / ctx.t
+        elem = elem + tm * model.hidden * (moe.top_k + 1)
+    return fwd + elem, bwd + elem
+
+
+def fill_time(ctx: Ctx, kind: LayerKind) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds (forward, backward) a deterministic-mode stack (StackSpec.kernels.deterministic) spends filling
+    the layer's new tensors before use: one bf16 write per allocated element, one fill kernel per tensor
+    (about one per launched kernel, layer_kernels)."""
+    zero = np.zeros(len(ctx.lay))
+    if not ctx.stack.kernels.deterministic:
+        return zero, zero
+    fwd, bwd = allocated_elements(ctx, kind)
+    kernels = layer_kernels(ctx, kind)
+    gpu = ctx.cluster.gpu
+    return (zero + memory_bound_time(gpu, ACT_BYTES * fwd, kernels),
+            zero + memory_bound_time(gpu, ACT_BYTES * bwd, 2 * kernels))
+
+
 def layer_time(ctx: Ctx, kind: LayerKind) -> LayerTime:
     """Forward/backward compute of one layer of `kind`, one micro-batch, one rank (no communication)."""
     gpu = ctx.cluster.gpu
@@ -322,9 +376,10 @@ def layer_time(ctx: Ctx, kind: LayerKind) -> LayerTime:
     attn_f, attn_b = _attention(ctx)
     elem = _elementwise_bytes(ctx, kind, gemms.fp8_inputs)
     kernels = ELEMENTWISE_KERNELS + _extra_kernels(ctx)
-    elem_f = memory_bound_time(gpu, elem, kernels)
+    fill_f, fill_b = fill_time(ctx, kind)
+    elem_f = memory_bound_time(gpu, elem, kernels) + fill_f
     elem_b = memory_bound_time(gpu, BACKWARD_ELEMENTWISE * elem + GRAD_ACCUMULATION_BYTES * gemms.weights,
-                               2 * kernels)
+                               2 * kernels) + fill_b
     launch_f, launch_b = launch_time(ctx, kind, gemms.forward + attn_f + elem_f, gemms.backward + attn_b + elem_b)
     return LayerTime(gemm_f=gemms.forward, gemm_b=gemms.backward, gemm_w=gemms.wgrad, attn_f=attn_f,
                      attn_b=attn_b, elem_f=elem_f, elem_b=elem_b, launch_f=launch_f, launch_b=launch_b)
@@ -378,10 +433,14 @@ def head_time(ctx: Ctx) -> LayerTime:
     wg = gemm_time(gpu, h, vp, m) / scale
     logits = m * vp
     zero = np.zeros_like(f)
+    # Deterministic mode fills what the head allocates (fill_time): the bf16 logits and their fp32 softmax
+    # forward, the logits' gradient and the hidden states' gradient backward.
+    fill = 1.0 if ctx.stack.kernels.deterministic else 0.0
     return LayerTime(gemm_f=f, gemm_b=dg + wg, gemm_w=wg, attn_f=zero, attn_b=zero,
-                     elem_f=memory_bound_time(gpu, logits * CROSS_ENTROPY_BYTES[0], 3),
+                     elem_f=memory_bound_time(gpu, logits * (CROSS_ENTROPY_BYTES[0] + fill * 6.0), 3 + 2 * fill),
                      elem_b=memory_bound_time(
-                         gpu, logits * CROSS_ENTROPY_BYTES[1] + GRAD_ACCUMULATION_BYTES * vp * h, 2))
+                         gpu, logits * CROSS_ENTROPY_BYTES[1] + GRAD_ACCUMULATION_BYTES * vp * h
+                         + fill * ACT_BYTES * (logits + m * h), 2 + 2 * fill))
 
 
 def embedding_time(ctx: Ctx) -> LayerTime:

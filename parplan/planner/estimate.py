@@ -24,10 +24,11 @@ import numpy as np
 from parplan.hardware.efficiency import peak_flops
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import Block, LayerKind, Linear, ModelSpec
-from parplan.planner import comm, compute, memory
+from parplan.planner import comm, compute, device, memory
 from parplan.planner.context import Ctx
+from parplan.planner.offload import offload_time
 from parplan.planner.recompute import communication_share, layer_recompute_time, recompute_flops_per_token
-from parplan.planner.schedule import bubble_time, inflight_microbatches, rank_patterns
+from parplan.planner.schedule import bubble_time, inflight_share, rank_patterns
 from parplan.planner.strategy import RECOMPUTE, Layouts, Strategy
 from parplan.planner.workload import UNIFORM, Workload
 from parplan.stacks.presets import load_stack
@@ -35,8 +36,8 @@ from parplan.stacks.spec import RECOMPUTE_KINDS, StackSpec
 from parplan.stacks.support import check_stack
 
 TIME_COMPONENTS = ("gemm", "attention", "elementwise", "launch", "recompute", "tp_comm", "cp_comm", "ep_comm",
-                   "pp_comm", "pipeline_bubble", "dp_grad_reduce", "dp_param_gather", "optimizer")
-MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "buffers")
+                   "pp_comm", "pipeline_bubble", "dp_grad_reduce", "dp_param_gather", "optimizer", "offload")
+MEMORY_COMPONENTS = memory.MEMORY_COMPONENTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,27 +219,30 @@ def _pipeline(ctx: Ctx, pat: dict[str, np.ndarray], t_f: np.ndarray, t_b: np.nda
     return ctx.m * slowest + bubble, bubble, crit
 
 
-_PATTERN_FIELDS = ("rank", "count", "dense", "moe", "embedding", "head", "work")
+_PATTERN_FIELDS = ("rank", "count", "dense", "moe", "embedding", "head", "work", "held_dense", "held_moe",
+                   "held_head", "held_embedding", "held_sets")
 
 
 @lru_cache(maxsize=4096)
-def _pattern_table(model: ModelSpec, pp: int, vpp: int, schedule: int) -> np.ndarray:
-    """(K, fields) rank patterns of one pipeline (_PATTERN_FIELDS), as the rows `_patterns` gathers."""
-    return np.array([[float(getattr(pat, f)) for f in _PATTERN_FIELDS]
-                     for pat in rank_patterns(model, pp, vpp, schedule)])
+def _pattern_table(model: ModelSpec, pp: int, vpp: int, schedule: int, ends: str) -> np.ndarray:
+    """(fields, K) rank patterns of one pipeline (_PATTERN_FIELDS), as the columns `_patterns` gathers."""
+    return np.array([[float(getattr(pat, f)) for pat in rank_patterns(model, pp, vpp, schedule, ends)]
+                     for f in _PATTERN_FIELDS])
 
 
-def _patterns(model: ModelSpec, lay: Layouts) -> dict[str, np.ndarray]:
-    """(N, K) arrays describing the distinct rank patterns of each layout's pipeline (count 0 = padding)."""
+def _patterns(model: ModelSpec, lay: Layouts, stack: StackSpec) -> dict[str, np.ndarray]:
+    """(N, K) arrays describing the distinct rank patterns of each layout's pipeline (count 0 = padding), with
+    the layers cut into stages by the stack's pipeline_ends rule."""
     first, inverse = group_rows([lay.pp, lay.vpp, lay.schedule])
     uniq = zip(lay.pp[first], lay.vpp[first], lay.schedule[first], strict=True)
-    tables = [_pattern_table(model, int(p), int(v), int(sc)) for p, v, sc in uniq]
-    k = max(len(tb) for tb in tables)
-    table = np.zeros((len(first), k, len(_PATTERN_FIELDS)))
+    ends = stack.memory.pipeline_ends
+    tables = [_pattern_table(model, int(p), int(v), int(sc), ends) for p, v, sc in uniq]
+    k = max(tb.shape[1] for tb in tables)
+    table = np.zeros((len(_PATTERN_FIELDS), len(first), k))
     for i, tb in enumerate(tables):
-        table[i, :len(tb)] = tb
-    rows = table[inverse]  # one gather for all fields
-    return {f: rows[:, :, i] for i, f in enumerate(_PATTERN_FIELDS)}
+        table[:, i, :tb.shape[1]] = tb
+    rows = np.take(table, inverse, axis=1)  # one gather for all fields, each field's (N, K) block contiguous
+    return dict(zip(_PATTERN_FIELDS, rows, strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,15 +258,24 @@ class Evaluation:
     mfu: np.ndarray
     hfu: np.ndarray
     memory_gib: np.ndarray
-    """Peak allocated memory of the most loaded rank, GiB."""
+    """Peak allocated memory of the most loaded rank, GiB (torch.cuda.max_memory_allocated)."""
+    reserved_gib: np.ndarray
+    """Peak reserved memory of the most loaded rank, GiB (torch.cuda.max_memory_reserved)."""
+    device_gib: np.ndarray
+    """Peak device memory of the most loaded rank, GiB (nvidia-smi): reserved plus the CUDA context and the
+    communication buffers outside PyTorch's allocator."""
     required_gib: np.ndarray
-    """memory_gib plus allocator headroom and CUDA context."""
+    """What the layout needs of the GPU's memory: device_gib."""
     fits: np.ndarray
+    host_gib: np.ndarray
+    """Host memory per GPU of offloaded optimizer states and a host EMA, GiB (the most loaded rank)."""
     time_exposed: dict[str, np.ndarray]
     time_total: dict[str, np.ndarray]
     """Seconds on the wire (communication) or busy (compute), exposed or not."""
     memory_by_rank: dict[str, np.ndarray]
     """(N, K) GiB per memory component and distinct rank pattern."""
+    memory_kinds_by_rank: dict[str, np.ndarray]
+    """(N, K) GiB per memory kind (allocated, reserved, device) and host memory, per distinct rank pattern."""
     patterns: dict[str, np.ndarray]
     time_per_microbatch: np.ndarray
     """(N, K) seconds of one micro-batch (forward + backward) per rank pattern."""
@@ -338,9 +351,11 @@ class _RankParams:
     expert: np.ndarray
     """(N, K), or (N, 1) zeros for a dense model."""
     linear: np.ndarray
-    """Linear-layer parameters (what fp8 caches); (N, 1) zeros when no layout uses fp8."""
+    """Linear-layer parameters (what fp8 casts); (N, 1) zeros when no layout uses fp8."""
     largest_layer: np.ndarray
     """(N,) parameters of the largest layer on a rank (ZeRO-3 gathers one at a time)."""
+    ends: np.ndarray
+    """(N, K) parameters of the embedding and the head a rank holds (ZeRO-3 keeps them gathered)."""
 
 
 def _rank_params(ctx: Ctx, pat: dict[str, np.ndarray]) -> _RankParams:
@@ -348,56 +363,107 @@ def _rank_params(ctx: Ctx, pat: dict[str, np.ndarray]) -> _RankParams:
     dense_d, expert_d, lin_d = memory.layer_params(ctx, LayerKind.DENSE)
     emb, hd = memory.embedding_params(ctx), memory.head_params(ctx)
     dense, moe, head = pat["dense"], pat["moe"], pat["head"]
-    held_dense = dense * dense_d[:, None] + pat["embedding"] * emb[:, None] + head * hd[:, None]
+    ends = pat["embedding"] * emb[:, None] + head * hd[:, None]
+    held_dense = dense * dense_d[:, None] + ends
     linear = dense * lin_d[:, None] if ctx.fp8.any() else np.zeros((n, 1))
     if not model.moe_layer_count and not model.mtp_layers:
         # Dense model: no expert parameters anywhere (a broadcastable zero keeps the arrays small).
         return _RankParams(dense=held_dense, expert=np.zeros((n, 1)), linear=linear,
-                           largest_layer=dense_d + expert_d)
+                           largest_layer=dense_d + expert_d, ends=ends)
     dense_m, expert_m, lin_m = (memory.layer_params(ctx, LayerKind.MOE) if model.moe_layer_count
                                 else (_zeros(n), _zeros(n), _zeros(n)))
-    mtp_dense, mtp_expert = memory.mtp_params(ctx)
+    mtp_dense, mtp_expert, mtp_embedding = memory.mtp_params(ctx)
+    # The MTP modules' embedding is a copy on a head rank without the input embedding (memory.mtp_params).
+    mtp_held = head * (mtp_dense[:, None] + (1.0 - pat["embedding"]) * mtp_embedding[:, None])
     return _RankParams(
-        dense=held_dense + moe * dense_m[:, None] + head * mtp_dense[:, None],
+        dense=held_dense + moe * dense_m[:, None] + mtp_held,
         expert=dense * expert_d[:, None] + moe * expert_m[:, None] + head * mtp_expert[:, None],
         linear=linear + moe * lin_m[:, None] if ctx.fp8.any() else linear,
-        largest_layer=np.maximum(dense_d + expert_d, dense_m + expert_m),
+        largest_layer=np.maximum(dense_d + expert_d, dense_m + expert_m), ends=ends,
     )
 
 
-def _model_states(ctx: Ctx, params: _RankParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(N, K) bytes of weights, gradients and optimizer states per rank pattern: dense parameters sharded
-    over the cp·dp shard group, expert parameters over the expert-DP one (each a 1/dp_replicate of the group
-    with HSDP). The memory model and the optimizer step (which streams the states) both read them."""
+def _reshards(ctx: Ctx) -> np.ndarray:
+    """(N, 1) True where ZeRO-3 frees the gathered parameters after each block's forward (the stack's
+    reshard_after_forward, and under a pipeline its reshard_under_pp)."""
+    com = ctx.stack.communication
+    return (com.reshard_after_forward & ((ctx.p == 1) | com.reshard_under_pp))[:, None]
+
+
+def _model_states(ctx: Ctx, params: _RankParams) -> memory.StateBytes:
+    """Model states per rank pattern: dense parameters sharded over the cp·dp shard group, expert parameters
+    over the expert-DP one (each a 1/dp_replicate of the group with HSDP). The memory model and the optimizer
+    step (which streams the states) both read them."""
     zero = ctx.lay.zero[:, None]
     sharded_grads = comm.reduces_every_microbatch(ctx)[:, None]
-    dense = memory.model_state_bytes(params.dense, ctx.shard[:, None], zero, grads_sharded=sharded_grads)
-    expert = memory.model_state_bytes(params.expert, ctx.eshard[:, None], zero, grads_sharded=sharded_grads)
-    weights, grads, optim = (d + e for d, e in zip(dense, expert, strict=True))
-    return weights, grads, optim
+    mem, reshards = ctx.stack.memory, _reshards(ctx)
+    dense, expert = (memory.model_state_bytes(held, shard, zero, mem, grads_sharded=sharded_grads, reshards=reshards)
+                     for held, shard in ((params.dense, ctx.shard[:, None]), (params.expert, ctx.eshard[:, None])))
+    return dense + expert
 
 
 def _rank_memory(ctx: Ctx, pat: dict[str, np.ndarray], params: _RankParams) -> memory.RankMemory:
     """Bytes per rank pattern (N, K) by component (formulas.md §3)."""
     model, lay, n = ctx.model, ctx.lay, len(ctx.lay)
-    weights, grads, optim = _model_states(ctx, params)
-    inflight = inflight_microbatches(pat["rank"], ctx.p[:, None], ctx.v[:, None], ctx.m[:, None],
-                                     lay.schedule[:, None])
+    states = _model_states(ctx, params)
+    # Fewer micro-batches than a rank's peak in flight scale all its chunks down alike.
+    scale = inflight_share(pat["held_sets"], ctx.m[:, None])
     act_d = memory.layer_activation_bytes(ctx, LayerKind.DENSE)
     act_m = memory.layer_activation_bytes(ctx, LayerKind.MOE) if model.moe_layer_count else _zeros(n)
-    act_mtp = memory.mtp_activation_bytes(ctx, act_d, act_m)
-    token_ids = memory.token_id_bytes(ctx)
-    activations = inflight * (pat["dense"] * act_d[:, None] + pat["moe"] * act_m[:, None]
-                              + pat["head"] * act_mtp[:, None] + pat["embedding"] * token_ids[:, None])
-    logits, working = memory.transient_bytes(ctx)
-    buffers = (memory.buffer_bytes(ctx, params.largest_layer, params.linear) + pat["head"] * logits[:, None]
-               + working[:, None])
-    return memory.RankMemory(weights=weights, gradients=grads, optimizer=optim, activations=activations,
-                             buffers=buffers)
+    layers = pat["held_dense"] * act_d[:, None]
+    if model.moe_layer_count:
+        layers = layers + pat["held_moe"] * act_m[:, None]
+    ends = pat["held_embedding"] * memory.token_id_bytes(ctx)[:, None]
+    if model.mtp_layers:
+        ends = ends + pat["held_head"] * memory.mtp_activation_bytes(ctx, act_d, act_m)[:, None]
+    activations = memory.offloaded_activations(ctx, scale * layers, np.maximum(act_d, act_m)[:, None]) + scale * ends
+    z3_sharded = (lay.zero[:, None] == 3) & _reshards(ctx)
+    # The loss's logits live between the last forward and the first backward, the blocks' ZeRO-3 buffers and the
+    # backward's working set after them: the peak holds one of the two phases on top of what both keep.
+    loss = pat["head"] * memory.logit_bytes(ctx)[:, None]
+    backward = memory.zero3_block_bytes(ctx, params.largest_layer, z3_sharded) + memory.working_bytes(ctx)[:, None]
+    buffers = (memory.zero3_ends_bytes(ctx, params.ends, z3_sharded)
+               + memory.fp8_weight_bytes(ctx, params.linear, z3_sharded) + np.maximum(loss, backward))
+    weights = states.weights
+    if ctx.stack.memory.fp8_params:
+        # fp8 parameters replace the bf16 linear weights (their transpose is in fp8_weight_bytes).
+        weights = weights - np.where(ctx.fp8[:, None] & ~z3_sharded,
+                                     (memory.COMPUTE_WEIGHT_BYTES - memory.FP8_BYTES) * params.linear, 0.0)
+    return memory.RankMemory(weights=weights, gradients=states.gradients, optimizer=states.optimizer,
+                             activations=activations, buffers=buffers, host=states.host)
 
 
-def _peak_gib(rank_mem: memory.RankMemory, pat: dict[str, np.ndarray]) -> np.ndarray:
-    return np.where(pat["count"] > 0, rank_mem.total / 2**30, -np.inf).max(axis=1)
+@dataclass(frozen=True, slots=True)
+class MemoryPeaks:
+    """(N,) GiB of each layout's most loaded rank in each memory kind (device.MEMORY_KINDS) and in host memory."""
+
+    allocated: np.ndarray
+    reserved: np.ndarray
+    device: np.ndarray
+    host: np.ndarray
+
+    def take(self, index: np.ndarray) -> MemoryPeaks:
+        return MemoryPeaks(*(getattr(self, f.name)[index] for f in dataclasses.fields(self)))
+
+
+def _kinds(ctx: Ctx, rank_mem: memory.RankMemory) -> dict[str, np.ndarray]:
+    """(N, K) GiB per rank pattern in each memory kind."""
+    allocated = rank_mem.total
+    reserved = device.reserved_bytes(allocated, rank_mem.transient, ctx.stack)
+    outside = device.outside_allocator_bytes(ctx.model, ctx.cluster, ctx.lay)[:, None]
+    return {"allocated": allocated / 2**30, "reserved": reserved / 2**30, "device": (reserved + outside) / 2**30}
+
+
+def _peaks(ctx: Ctx, rank_mem: memory.RankMemory, pat: dict[str, np.ndarray]) -> MemoryPeaks:
+    """Each kind's peak over the ranks; device memory adds the same bytes outside the allocator to every rank."""
+    real = pat["count"] > 0
+    allocated = rank_mem.total
+    reserved = device.reserved_bytes(allocated, rank_mem.transient, ctx.stack)
+    reserved_peak = np.where(real, reserved, -np.inf).max(axis=1) / 2**30
+    outside = device.outside_allocator_bytes(ctx.model, ctx.cluster, ctx.lay) / 2**30
+    return MemoryPeaks(allocated=np.where(real, allocated, -np.inf).max(axis=1) / 2**30, reserved=reserved_peak,
+                       device=reserved_peak + outside,
+                       host=np.where(real, rank_mem.host, 0.0).max(axis=1) / 2**30)
 
 
 _RECOMPUTE_NONE = RECOMPUTE.index("none")
@@ -433,7 +499,7 @@ def _pipeline_of(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, units: di
         rows = np.arange(lo, min(lo + _PIPELINE_BATCH, len(lay)))
         part = lay.take(rows)
         ctx = Ctx.build(model, cluster, part, workload, stack)
-        pat = _patterns(model, part)
+        pat = _patterns(model, part, ctx.stack)
         t_f, t_b, t_w, _ = _rank_times(ctx, pat, {u: _take_work(w, inverse[rows], False) for u, w in units.items()})
         out[rows] = _pipeline(ctx, pat, t_f, t_b, t_w)[0]
     return out
@@ -533,39 +599,40 @@ def time_options_bound(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, opt
     return np.where(has, bound, -np.inf)
 
 
-def peak_memory_gib(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM,
-                    stack: StackSpec | None = None) -> np.ndarray:
-    """Peak allocated GiB of each layout's most loaded rank, without its time: what a search checks first,
-    since a layout that cannot fit needs no step time."""
+def peak_memory(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: Workload = UNIFORM,
+                stack: StackSpec | None = None) -> MemoryPeaks:
+    """Peak GiB of each layout's most loaded rank in every memory kind, without its time: what a search checks
+    first, since a layout that cannot fit needs no step time."""
+    stack = load_stack(stack)
     ctx = Ctx.build(model, cluster, lay, workload, stack)
-    pat = _patterns(model, lay)
-    return _peak_gib(_rank_memory(ctx, pat, _rank_params(ctx, pat)), pat)
+    pat = _patterns(model, lay, stack)
+    return _peaks(ctx, _rank_memory(ctx, pat, _rank_params(ctx, pat)), pat)
 
 
 def required_memory_gib(model: ModelSpec, cluster: ClusterSpec, lay: Layouts,
                         workload: Workload = UNIFORM, stack: StackSpec | None = None) -> np.ndarray:
-    """GPU memory each layout needs: peak allocated + allocator headroom + CUDA context."""
-    return memory.required_gib(peak_memory_gib(model, cluster, lay, workload, stack))
+    """GPU memory each layout needs: its peak device memory."""
+    return peak_memory(model, cluster, lay, workload, stack).device
 
 
 def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, breakdown: bool = True,
-                     workload: Workload = UNIFORM, peak_gib: np.ndarray | None = None,
+                     workload: Workload = UNIFORM, peaks: MemoryPeaks | None = None,
                      stack: StackSpec | None = None) -> Evaluation:
     """Evaluate a batch of (valid) layouts with numpy; the same formulas as `evaluate`.
 
     Per-layer work is computed once per distinct combination of the fields it depends on and broadcast
     back, which keeps a search over millions of layouts fast without a second copy of any formula.
     breakdown=False skips assembling the per-component arrays (a search ranks first and then asks for the
-    breakdown of its winners); `peak_gib`, the layouts' peak_memory_gib when the caller has it already,
-    skips the memory pass (and with breakdown=False leaves memory_by_rank empty). `stack` is the software
-    stack the layouts run on (default: megatron-core).
+    breakdown of its winners); `peaks`, the layouts' peak_memory when the caller has it already, skips the
+    memory pass (and with breakdown=False leaves memory_by_rank empty). `stack` is the software stack the
+    layouts run on (default: megatron-core).
     """
     n = len(lay)
     stack = load_stack(stack)
     ctx = Ctx.build(model, cluster, lay, workload, stack)
     works, inverse = _units(model, cluster, lay, workload, stack)
     units = {u: _take_work(w, inverse, breakdown) for u, w in works.items()}
-    pat = _patterns(model, lay)
+    pat = _patterns(model, lay, stack)
     dense, moe = pat["dense"], pat["moe"]
     real = pat["count"] > 0
 
@@ -591,20 +658,35 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, br
     traffic = comm.dp_traffic(g_ctx, params.dense[g_first, 0], params.expert[g_first, 0],
                               (dense[:, 0] + moe[:, 0])[g_first]).take(g_inverse)
     dp = comm.dp_step(ctx, traffic, t_f[:, 0], t_b[:, 0], c_f[:, 0], c_b[:, 0])
-    _, grads, optim = _model_states(ctx, params)
-    # The step updates the parameters whose optimizer states the rank holds and zeroes its gradient buffer.
-    step_time = compute.optimizer_time(ctx, optim / memory.OPTIMIZER_BYTES, grads / memory.MAIN_GRAD_BYTES)
+    states = _model_states(ctx, params)
+    # The step updates the parameters whose optimizer states the rank holds on the GPU and zeroes its gradient
+    # buffer; the offloaded share is stepped by the host (offload.py).
+    mem = stack.memory
+    on_gpu = states.updated * (1.0 - mem.optimizer_offload)
+    step_time = compute.optimizer_time(ctx, on_gpu, states.grad_elements)
     optimizer = np.max(np.where(real, step_time, 0.0), axis=1)
     step = pipeline + dp.grad.exposed + dp.param.exposed + optimizer
+    offloaded_acts = _zeros(n)
+    if mem.activation_offload:
+        stored = (dense * memory.layer_activation_bytes(ctx, LayerKind.DENSE)[:, None]
+                  + (moe * memory.layer_activation_bytes(ctx, LayerKind.MOE)[:, None] if model.moe_layer_count
+                     else 0.0))
+        offloaded_acts = mem.activation_offload * pick(stored)
+    ema_params = states.updated if mem.ema == "cpu" else np.zeros_like(states.updated)
+    offload = offload_time(ctx, pick(np.broadcast_to(states.updated * mem.optimizer_offload, real.shape)),
+                           pick(np.broadcast_to(states.grad_elements * mem.optimizer_offload, real.shape)),
+                           pick(np.broadcast_to(ema_params, real.shape)), offloaded_acts, pick(c_f), pick(c_b), step)
+    step = step + offload.exposed
 
     mem_gib: dict[str, np.ndarray] = {}
-    if peak_gib is None or breakdown:
+    kinds_gib: dict[str, np.ndarray] = {}
+    if peaks is None or breakdown:
         rank_mem = _rank_memory(ctx, pat, params)
-        mem_gib = {k: np.where(real, v, 0.0) for k, v in rank_mem.as_gib().items()} if breakdown else {}
-        peak = _peak_gib(rank_mem, pat)
-    else:
-        peak = peak_gib
-    required = memory.required_gib(peak)
+        if breakdown:
+            mem_gib = {k: np.where(real, v, 0.0) for k, v in rank_mem.as_gib().items()}
+            kinds_gib = {k: np.where(real, v, 0.0) for k, v in _kinds(ctx, rank_mem).items()}
+            kinds_gib["host"] = np.where(real, rank_mem.host / 2**30, 0.0)
+        peaks = _peaks(ctx, rank_mem, pat)
 
     tokens_per_s_per_gpu = lay.gbs * lay.seq / (step * cluster.gpus)
     seqs, seq_index = np.unique(lay.seq, return_inverse=True)
@@ -635,13 +717,15 @@ def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, br
         exposed["dp_grad_reduce"], total["dp_grad_reduce"] = dp.grad.exposed, dp.grad.total
         exposed["dp_param_gather"], total["dp_param_gather"] = dp.param.exposed, dp.param.total
         exposed["optimizer"] = optimizer
+        exposed["offload"], total["offload"] = offload.exposed, offload.seconds
         for name in TIME_COMPONENTS:
             total.setdefault(name, exposed[name])
     return Evaluation(
         model=model, cluster=cluster, stack=stack, layouts=lay, step_time_s=step,
         tokens_per_s_per_gpu=tokens_per_s_per_gpu,
-        mfu=mfu, hfu=hfu, memory_gib=peak, required_gib=required, fits=required <= cluster.gpu.hbm_gib,
-        time_exposed=exposed, time_total=total, memory_by_rank=mem_gib, patterns=pat,
+        mfu=mfu, hfu=hfu, memory_gib=peaks.allocated, reserved_gib=peaks.reserved, device_gib=peaks.device,
+        required_gib=peaks.device, fits=peaks.device <= cluster.gpu.hbm_gib, host_gib=peaks.host,
+        time_exposed=exposed, time_total=total, memory_by_rank=mem_gib, memory_kinds_by_rank=kinds_gib, patterns=pat,
         time_per_microbatch=np.where(real, t_f + t_b, 0.0), time_forward=np.where(real, t_f, 0.0),
         time_backward=np.where(real, t_b, 0.0), time_wgrad=np.where(real, t_w, 0.0),
     )
@@ -664,14 +748,24 @@ class Estimate:
     mfu: float
     hfu: float
     memory_gib: float
+    """Peak allocated GiB of the most loaded rank (torch.cuda.max_memory_allocated)."""
+    reserved_gib: float
+    """Peak reserved GiB (torch.cuda.max_memory_reserved): allocated plus the allocator's headroom."""
+    device_gib: float
+    """Peak device GiB (nvidia-smi): reserved plus the CUDA context and communication buffers."""
     required_gib: float
+    """What the layout needs of the GPU: device_gib."""
     capacity_gib: float
     fits: bool
+    host_gib: float
+    """Host memory per GPU of offloaded optimizer states and a host EMA."""
+    outside_allocator_gib: dict[str, float]
+    """The device bytes outside PyTorch's allocator by part: cuda_context, nccl, deepep."""
     time_breakdown: dict[str, dict[str, float]]
     """component -> {'seconds': busy or on-the-wire seconds per step, 'exposed': seconds the step waits,
     'overlapped': seconds hidden behind compute}."""
     memory_breakdown: dict[str, float]
-    """component -> GiB on the most loaded rank."""
+    """component -> GiB allocated on the rank needing the most device memory."""
     stages: list[dict[str, object]] = field(default_factory=list)
     """One entry per distinct pipeline-rank pattern: ranks, layers held, memory by component, time."""
 
@@ -684,10 +778,10 @@ class Estimate:
             exp = float(ev.time_exposed[name][i])
             tot = float(ev.time_total[name][i])
             time[name] = {"seconds": tot, "exposed": exp, "overlapped": max(tot - exp, 0.0)}
-        k_peak = int(np.argmax([sum(float(ev.memory_by_rank[c][i, j]) for c in MEMORY_COMPONENTS)
-                                if ev.patterns["count"][i, j] > 0 else -1.0
-                                for j in range(ev.patterns["count"].shape[1])]))
+        kinds = ev.memory_kinds_by_rank
+        k_peak = int(np.argmax(np.where(ev.patterns["count"][i] > 0, kinds["device"][i], -np.inf)))
         mem = {c: float(ev.memory_by_rank[c][i, k_peak]) for c in MEMORY_COMPONENTS}
+        outside = device.outside_allocator_parts(model, ev.cluster, lay.take(np.array([i])))
         stages = []
         for j in range(ev.patterns["count"].shape[1]):
             if ev.patterns["count"][i, j] == 0:
@@ -706,6 +800,9 @@ class Estimate:
                 "wgrad_s": float(ev.time_wgrad[i, j]),
                 "memory_gib": {c: float(ev.memory_by_rank[c][i, j]) for c in MEMORY_COMPONENTS},
                 "memory_total_gib": sum(float(ev.memory_by_rank[c][i, j]) for c in MEMORY_COMPONENTS),
+                "memory_reserved_gib": float(kinds["reserved"][i, j]),
+                "memory_device_gib": float(kinds["device"][i, j]),
+                "memory_host_gib": float(kinds["host"][i, j]),
             })
         stages.sort(key=lambda st: st["first_rank"])
         return cls(
@@ -713,9 +810,15 @@ class Estimate:
             stack=ev.stack.name, compile=ev.stack.compiled,
             step_time_s=float(ev.step_time_s[i]), tokens_per_s_per_gpu=float(ev.tokens_per_s_per_gpu[i]),
             mfu=float(ev.mfu[i]), hfu=float(ev.hfu[i]), memory_gib=float(ev.memory_gib[i]),
+            reserved_gib=float(ev.reserved_gib[i]), device_gib=float(ev.device_gib[i]),
             required_gib=float(ev.required_gib[i]), capacity_gib=ev.cluster.gpu.hbm_gib, fits=bool(ev.fits[i]),
+            host_gib=float(ev.host_gib[i]), outside_allocator_gib={k: float(v[0]) / 2**30 for k, v in outside.items()},
             time_breakdown=time, memory_breakdown=mem, stages=stages,
         )
+
+    def memory_kinds(self) -> dict[str, float]:
+        """Peak GiB in each memory kind (device.MEMORY_KINDS)."""
+        return {"allocated": self.memory_gib, "reserved": self.reserved_gib, "device": self.device_gib}
 
     def days_for(self, tokens: float) -> float:
         """Days of training `tokens` at this throughput."""
@@ -743,9 +846,14 @@ class Estimate:
             "mfu": self.mfu,
             "hfu": self.hfu,
             "memory_gib": self.memory_gib,
+            "reserved_gib": self.reserved_gib,
+            "device_gib": self.device_gib,
             "required_gib": self.required_gib,
             "capacity_gib": self.capacity_gib,
             "fits": self.fits,
+            "memory_kinds_gib": self.memory_kinds(),
+            "outside_allocator_gib": self.outside_allocator_gib,
+            "host_gib": self.host_gib,
             "time_breakdown": self.time_breakdown,
             "memory_breakdown": self.memory_breakdown,
             "stages": self.stages,
@@ -753,7 +861,11 @@ class Estimate:
                 "mfu": "model FLOPs (all GEMMs, causal-half attention scores, no recompute) / dense peak of "
                        "the GEMM dtype",
                 "memory_gib": "peak allocated bytes of the most loaded rank (what torch.cuda.max_memory_allocated "
-                              "reports); required_gib adds allocator headroom and the CUDA context",
+                              "reports)",
+                "reserved_gib": "peak reserved bytes (torch.cuda.max_memory_reserved): allocated plus the caching "
+                                "allocator's headroom on the bytes allocated and freed within a step",
+                "device_gib": "peak device bytes (nvidia-smi): reserved plus the CUDA context and the NCCL and "
+                              "DeepEP buffers; required_gib is device_gib, and fits compares it with capacity_gib",
             },
         }
 

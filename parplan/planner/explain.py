@@ -24,7 +24,8 @@ def bottleneck(est: Estimate, cluster: ClusterSpec) -> str:
         return (f"Does not fit: the most loaded GPU needs {est.required_gib:.1f} GiB of {est.capacity_gib:g} GiB "
                 f"({est.memory_breakdown['activations']:.1f} GiB activations, "
                 f"{sum(v for k, v in est.memory_breakdown.items() if k != 'activations'):.1f} GiB states and buffers); "
-                "recompute, a higher ZeRO stage, more pipeline stages or a smaller micro-batch reduce it.")
+                "recompute, a higher ZeRO stage, more pipeline stages, a smaller micro-batch or offloading the "
+                "optimizer states to the host (--memory optimizer_offload=1.0) reduce it.")
     ranked = sorted(((_share(est, k), k) for k in est.time_breakdown if k not in ("gemm",)), reverse=True)
     share, name = ranked[0]
     gemm = _share(est, "gemm")

@@ -1,15 +1,19 @@
-"""Memory of one rank: model states, activations of the micro-batches in flight, and working buffers.
+"""Memory of one rank: model states, activations of the micro-batches in flight, and working buffers, as the
+stack stores them (`StackSpec.memory`).
 
-Model states (``reference/formulas.md`` §3.1-3.2): bf16 weights (2 B), fp32 main gradients (4 B, Megatron
-with bf16: 18 B/param in all, not the ZeRO paper's 16 with fp16 gradients) and Adam's fp32 master, m and
-v (12 B). ZeRO-1 (Megatron's distributed optimizer) shards the optimizer states, ZeRO-2 also the
-gradients, ZeRO-3/FSDP also the weights, over the data-parallel group: cp·dp ranks for dense weights
-(Megatron shards over DP×CP), the expert-DP group for experts, whose weights are split over ep·etp.
+Model states (``reference/formulas.md`` §3.1-3.2): the parameters as the stack stores them (bf16 with a separate
+fp32 master copy in the optimizer, or fp32 cast to bf16 for compute), the gradient accumulation buffer (fp32
+main grads or bf16) and the copies of the gradients in the parameter dtype some stacks hold besides it, and
+Adam's two moments (fp32 or bf16). Megatron with bf16 is 2 + 4 + 12 = 18 B/param, not the ZeRO paper's 16 with
+fp16 gradients; bf16 moments bring the optimizer's 12 B to 8 (DeepSeek-V3 §3.3.3). ZeRO-1 (Megatron's
+distributed optimizer) shards the optimizer states, ZeRO-2 also the gradients, ZeRO-3/FSDP also the weights,
+over the data-parallel group: cp·dp ranks for dense weights (Megatron shards over DP×CP), the expert-DP group
+for experts, whose weights are split over ep·etp. A share of the optimizer states may live in host memory.
 
-Activations per layer follow Korthikanti et al. 2022 (Table 2): the tensors each op saves for its
-backward, in bytes, generalised to GQA/MLA, gated MLPs, MoE (formulas.md §3.4) and flash attention; see
-`layer_activation_bytes`. The GPT case reproduces s·b·h·(34 + 5·a·s/h) and its TP, SP, selective and full
-recompute variants exactly.
+Activations per layer follow Korthikanti et al. 2022 (Table 2): the tensors each op saves for its backward, in
+bytes, generalised to GQA/MLA, gated MLPs, MoE (formulas.md §3.4) and flash attention, and to how the stack
+runs the element-wise ops (fused, eager or compiled) and stores fp8 activations; see `layer_activation_bytes`.
+The GPT case reproduces s·b·h·(34 + 5·a·s/h) and its TP, SP, selective and full recompute variants exactly.
 """
 
 from __future__ import annotations
@@ -20,42 +24,83 @@ import numpy as np
 
 from parplan.models.spec import Block, LayerKind, Shard
 from parplan.planner.compute import gemm_shapes
-from parplan.planner.context import ACT_BYTES, RC_FULL, RC_MODULES, RC_OP_SAC, RC_SELECTIVE, Ctx
+from parplan.planner.context import ACT_BYTES, RC_FULL, RC_MODULES, RC_NONE, RC_OP_SAC, RC_SELECTIVE, Ctx
 from parplan.planner.recompute import RECOMPUTED
-from parplan.stacks.spec import RECOMPUTE_KINDS
+from parplan.stacks.spec import RECOMPUTE_KINDS, Memory
 
-WEIGHT_BYTES = 2
-MAIN_GRAD_BYTES = 4
-OPTIMIZER_BYTES = 12
-FP8_WEIGHT_CACHE_BYTES = 2
-"""Transformer Engine keeps an fp8 copy of each linear weight and its transpose for the whole step
-(is_first_microbatch caching): 2 B per linear parameter under fp8."""
-FP8_ACTIVATION_BYTES = 1
-"""Under fp8 GEMMs a linear layer saves its fp8-cast input for the weight-gradient GEMM instead of the bf16
-tensor (Transformer Engine's fp8 Linear/GroupedLinear; DeepSeek-V3 §3.3 "we cache the activations in FP8
-for the backward pass of the Linear operator"); norm inputs, activation-function inputs, attention Q/K/V
-and the router input stay bf16."""
+COMPUTE_WEIGHT_BYTES = 2
+"""bf16 weights the GEMMs read: the stored parameters when the stack stores bf16, else the bf16 copy it casts
+(FSDP mixed precision) or gathers (ZeRO-3)."""
+GRAD_COPY_BYTES = 2
+"""A gradient in the parameter dtype (bf16) before it is added to the accumulation buffer."""
+EMA_BYTES = 4
+"""An fp32 exponential moving average of each parameter."""
+FP8_BYTES = 1
+E5M6_BYTES = 1.5
+"""DeepSeek-V3's 12-bit format for the attention output (§3.3.3: 1 sign, 5 exponent, 6 mantissa bits)."""
+FP32_BYTES = 4
+COMPILED_LOGIT_BYTES = 4
+"""A compiled cross entropy (Inductor) saves only its bf16 input and the per-token log-sum-exp, and writes the
+bf16 gradient in one fused kernel: 2 + 2 B per logit at the loss's peak."""
 TOKEN_ID_BYTES = 8
 """Megatron keeps int64 token ids per micro-batch in flight on the first stage (theoretical_memory_usage)."""
-LOGIT_BYTES = 6
-"""bf16 logits plus the fp32 softmax the vocab-parallel cross entropy keeps for backward."""
-CONTEXT_GIB = 1.5
-"""CUDA context, cuBLAS workspaces and NCCL buffers outside PyTorch's allocator (formulas.md §3.8:
-300 MiB to 2 GiB; reserve 1-2 GiB)."""
-ALLOCATOR_HEADROOM = 0.05
-"""Fragmentation allowance on top of the peak allocated bytes (formulas.md §3.8: usable ≈ 0.90-0.95 HBM)."""
+OFFLOAD_BUFFER_LAYERS = 2
+"""Layers of activations an activation-offloading stack keeps on the GPU while they are copied out or back
+(Megatron's and Transformer Engine's CPU offload double-buffer one layer ahead of the one computing)."""
 
 
-def model_state_bytes(params: np.ndarray, shard: np.ndarray, zero: np.ndarray,
-                      grad_bytes: float = MAIN_GRAD_BYTES, grads_sharded: np.ndarray | bool = True,
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(weights, gradients, optimizer) bytes per rank for `params` held by the rank, sharded `shard` ways
-    at ZeRO stage `zero` (ZeRO paper §5: P_os, P_os+g, P_os+g+p). `grads_sharded` False keeps full
-    gradients at ZeRO-2/3 (a pipeline accumulates them unsharded until its last micro-batch)."""
-    weights = params * WEIGHT_BYTES / np.where(zero >= 3, shard, 1)
-    grads = params * grad_bytes / np.where((zero >= 2) & grads_sharded, shard, 1)
-    optim = params * OPTIMIZER_BYTES / np.where(zero >= 1, shard, 1)
-    return weights, grads, optim
+@dataclass(frozen=True, slots=True)
+class StateBytes:
+    """(N, K) bytes of model states per rank pattern, by component."""
+
+    weights: np.ndarray
+    gradients: np.ndarray
+    optimizer: np.ndarray
+    """Master weights, Adam's moments and a GPU-resident EMA: what the optimizer step reads and writes."""
+    host: np.ndarray
+    """Optimizer states kept in host memory (offload) and a host-resident EMA."""
+    updated: np.ndarray
+    """Parameters whose optimizer states the rank holds (its ZeRO shard; all it holds below ZeRO-1): what the
+    optimizer step updates."""
+    grad_elements: np.ndarray
+    """Elements of the rank's gradient accumulation buffer: what the step zeroes."""
+
+    def __add__(self, other: StateBytes) -> StateBytes:
+        return StateBytes(*(getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__))
+
+
+def model_state_bytes(params: np.ndarray, shard: np.ndarray, zero: np.ndarray, mem: Memory,
+                      grads_sharded: np.ndarray | bool = True, reshards: np.ndarray | bool = True) -> StateBytes:
+    """Bytes per rank of `params` parameters held by the rank, sharded `shard` ways at ZeRO stage `zero` (ZeRO
+    paper §5: P_os, P_os+g, P_os+g+p), stored as the stack stores them (`mem`).
+
+    Stored parameters: bf16 ones are sharded at ZeRO-3 where the group reshards them after forward; fp32 ones
+    (FSDP) are sharded from ZeRO-2 on, and their gathered bf16 copy stays for the whole forward and backward
+    unless ZeRO-3 reshards it (then it lives only in the gather buffers). `grads_sharded` False keeps full
+    gradients at ZeRO-2/3 (a pipeline accumulates them unsharded until its last micro-batch); `reshards` False
+    keeps ZeRO-3's gathered parameters from forward to backward (FSDP under a pipeline)."""
+    z3_sharded = (zero >= 3) & reshards
+    z2 = zero >= 2
+    if mem.weight_bytes == COMPUTE_WEIGHT_BYTES:
+        weights = params * COMPUTE_WEIGHT_BYTES / np.where(z3_sharded, shard, 1)
+    else:
+        stored = params * mem.weight_bytes / np.where(z2, shard, 1)
+        weights = stored + np.where(z2 & ~z3_sharded, params * COMPUTE_WEIGHT_BYTES, 0.0)
+    grad_elements = params / np.where(z2 & grads_sharded, shard, 1)
+    grads = grad_elements * mem.grad_bytes
+    if mem.grad_copies:
+        # ZeRO-2/3 reduce the parameter-dtype gradients bucket by bucket and free them; below, every one exists
+        # at the end of a backward.
+        grads = grads + np.where(z2, 0.0, params * mem.grad_copies * GRAD_COPY_BYTES)
+    optimizer_shard = params / np.where(zero >= 1, shard, 1)
+    states = optimizer_shard * (mem.master_weight_bytes + 2 * mem.moment_bytes)
+    ema = optimizer_shard * EMA_BYTES
+    on_gpu = states * (1.0 - mem.optimizer_offload) if mem.optimizer_offload else states
+    host = states * mem.optimizer_offload if mem.optimizer_offload else np.zeros(1)
+    if mem.ema != "none":
+        on_gpu, host = (on_gpu + ema, host) if mem.ema == "gpu" else (on_gpu, host + ema)
+    return StateBytes(weights=weights, gradients=grads, optimizer=on_gpu, host=host, updated=optimizer_shard,
+                      grad_elements=grad_elements)
 
 
 def _split(ctx: Ctx, lin) -> np.ndarray:
@@ -84,6 +129,19 @@ def layer_params(ctx: Ctx, kind: LayerKind) -> tuple[np.ndarray, np.ndarray, np.
     return dense, expert, linear
 
 
+def largest_module_params(ctx: Ctx) -> np.ndarray:
+    """Parameters of the largest linear module on a rank (what DeepSpeed ZeRO-3 gathers at a time): one expert's
+    matrix over ETP, a replicated linear whole, the others over TP."""
+    m = ctx.model
+    kinds = [LayerKind.DENSE] + ([LayerKind.MOE] if m.moe_layer_count else [])
+    largest = np.zeros(len(ctx.lay))
+    for lin in (lin for kind in kinds for lin in m.layer_linears(kind)):
+        per_module = (lin.params / lin.instances / ctx.et if lin.block is Block.EXPERTS
+                      else lin.params / _split(ctx, lin))
+        largest = np.maximum(largest, per_module)
+    return largest
+
+
 def embedding_params(ctx: Ctx) -> np.ndarray:
     """Input embedding on the first stage: vocab-parallel over tp, plus learned positions."""
     m = ctx.model
@@ -100,15 +158,21 @@ def head_params(ctx: Ctx) -> np.ndarray:
     return np.where(tied_same_rank, 0.0, head) + m.norm_params_per_norm
 
 
-def mtp_params(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
-    """(dense, expert) parameters of the MTP layers, held with the head."""
+def mtp_params(ctx: Ctx) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dense, expert, embedding copy) parameters of the MTP layers, held with the head. Each MTP module embeds the
+    shifted tokens with the main model's embedding and predicts through its output head (DeepSeek-V3 §2.2): the
+    head is the rank's own; the embedding is the same parameter where the head's rank also holds the input
+    embedding (pp = 1, or DualPipe placing the first and last stages together: §3.2.3, "physical sharing of
+    parameters and gradients"), and otherwise a copy kept in sync like a tied embedding (Megatron's MTP on the
+    last stage)."""
     m = ctx.model
+    zero = np.zeros(len(ctx.lay))
     if not m.mtp_layers:
-        zero = np.zeros(len(ctx.lay))
-        return zero, zero
+        return zero, zero, zero
     dense, expert, _ = layer_params(ctx, m.mtp_layer_kind)
     own = 3 * m.norm_params_per_norm + sum(lin.params for lin in m.mtp_linears())
-    return m.mtp_layers * (dense + own), m.mtp_layers * expert
+    copy = ctx.vocab_padded * m.hidden / ctx.t
+    return m.mtp_layers * (dense + own), m.mtp_layers * expert, copy
 
 
 def layer_activation_bytes(ctx: Ctx, kind: LayerKind, recompute: np.ndarray | None = None) -> np.ndarray:
@@ -125,55 +189,81 @@ def layer_activation_bytes(ctx: Ctx, kind: LayerKind, recompute: np.ndarray | No
     return ctx.recompute_blocks * own + (1.0 - ctx.recompute_blocks) * kept
 
 
+def _eager(ctx: Ctx, op: str) -> bool:
+    """An element-wise op the stack runs as separate eager PyTorch ops (not a fused kernel, not compiled)."""
+    return op not in ctx.stack.kernels.fused_ops and not ctx.stack.compiled
+
+
 def _activation_bytes(ctx: Ctx, kind: LayerKind, rc: np.ndarray) -> np.ndarray:
     """Bytes one layer under recompute kind `rc` keeps for backward per micro-batch on one rank (Korthikanti
-    2022 accounting). Module recompute keeps each norm's input but not its output (the next
-    GEMM's input), the expert activation's input but not its output, and MLA's latents but not the
-    up-projected heads. GEMM inputs take FP8_ACTIVATION_BYTES under fp8.
+    2022 accounting). Module recompute keeps each norm's input but not its output (the next GEMM's input), the
+    expert activation's input but not its output, and MLA's latents but not the up-projected heads; a compiled
+    block (torch.compile, XLA) saves what fused kernels save, while eager element-wise ops save their
+    intermediates (an RMSNorm's fp32 upcast and normalised output, SwiGLU's silu output). Under fp8 a GEMM
+    input is kept at the stack's fp8_activation_bytes (norm inputs, activation-function inputs, attention
+    Q/K/V and the router input stay bf16). Per-op SAC (torchtitan) saves the block input, every second
+    matmul's output and the attention's output.
     """
     m = ctx.model
+    mem = ctx.stack.memory
     mods = rc == RC_MODULES
     kept = np.where(mods, 0.0, 1.0)  # tensors module recompute rebuilds in backward
     a = m.attention
     h, t = m.hidden, ctx.t
     tr, tok = ctx.tokens_sp, ctx.tokens
     two = ACT_BYTES
-    gin = np.where(ctx.fp8, FP8_ACTIVATION_BYTES, ACT_BYTES)  # a saved GEMM input
+    gin = np.where(ctx.fp8, mem.fp8_activation_bytes, ACT_BYTES)  # a saved GEMM input
     drop = 1.0 if m.dropout else 0.0
     heads = a.heads / t
+    # An eager RMSNorm (x.float(), rsqrt of the mean square, scale, cast back) saves the fp32 upcast and the
+    # normalised bf16 tensor instead of its bf16 input (PyTorch's composite rms_norm).
+    norm = (FP32_BYTES + two if m.norm == "rmsnorm" and _eager(ctx, "norm") else two) * tr * h
     # attention block: norm input, input of the first projection (kept sequence-sharded under SP)
-    attn = (two + kept * gin) * tr * h + drop * tr * h
+    attn = norm + kept * gin * tr * h + drop * tr * h
     if a.mla:
         ml = a.mla
         # latents before their norms, and after them (the up-projections' inputs; the rope key goes to RoPE)
         latents = (two * (ml.q_lora_rank + ml.kv_lora_rank + 2 * ml.qk_rope_head_dim)
-                   + gin * (ml.q_lora_rank + ml.kv_lora_rank))
+                   + kept * gin * (ml.q_lora_rank + ml.kv_lora_rank))
         attn = attn + tok * (latents + kept * two * heads * (2 * a.qk_head_dim + a.v_head_dim))
     else:
         attn = attn + two * tok * (heads + 2 * a.kv_heads / t) * a.head_dim  # Q, K, V
-    attn = attn + gin * tok * heads * a.v_head_dim  # attention output = out-projection input
+    core_kept = (rc != RC_SELECTIVE) & ~mods
+    # Attention output: the attention keeps it for its backward and the out-projection for its weight gradient;
+    # one bf16 tensor serves both; fp8 adds the projection's own fp8 copy (and drops the bf16 one where the core
+    # is recomputed), or DeepSeek's E5M6 copy serves both.
+    own_copy = mem.fp8_activation_bytes if mem.fp8_activation_bytes < two else 0.0
+    fp8_out = (E5M6_BYTES if mem.fp8_attention_output == "e5m6"
+               else np.where(core_kept, two + own_copy, mem.fp8_activation_bytes))
+    attn = attn + np.where(ctx.fp8, fp8_out, two) * tok * heads * a.v_head_dim
     # attention core: flash keeps the fp32 log-sum-exp; unfused keeps softmax (2 B), dropout mask (1 B) and
     # dropout output (2 B) per score: Korthikanti's 5·a·s²·b. Selective recompute drops both.
     scores = ctx.b * heads * ctx.s * ctx.s / ctx.c
     core = np.where(ctx.flash, 4.0 * tok * heads, scores * (two + 3.0 * drop))
-    attn = attn + np.where((rc == RC_SELECTIVE) | mods, 0.0, core)
+    attn = attn + np.where(core_kept, core, 0.0)
     # MLP block: norm input, first GEMM input, activation input(s), second GEMM input
     up = 2 if m.mlp.gated else 1
+    silu_out = two if m.mlp.gated and _eager(ctx, "activation") else 0.0  # eager SwiGLU: silu(gate) * up
     if kind is LayerKind.DENSE:
-        mlp = (two + kept * gin) * tr * h + tok * (two * up + gin) * m.mlp.ffn / t + drop * tr * h
+        mlp = (norm + kept * gin * tr * h + tok * (two * up + silu_out + gin) * m.mlp.ffn / t
+               + drop * tr * h)
     else:
         moe = m.moe
         assert moe is not None
         tm = ctx.tokens_moe
         copies = tm * moe.top_k * ctx.straggler  # the busiest EP rank keeps the most routed tokens
-        mlp = (two * tr * h + kept * two * tm * h + 4.0 * tm * moe.experts  # norm in, out, fp32 router probs
+        # DeepSeek-V3 caches the experts' SwiGLU inputs in fp8 and recomputes its output (§3.3.3).
+        fp8_act = ctx.fp8 & mem.fp8_swiglu_input
+        act_in = np.where(fp8_act, FP8_BYTES, two) * up + silu_out
+        act_out = np.where(fp8_act, 0.0, kept) * gin
+        mlp = (norm + kept * two * tm * h + 4.0 * tm * moe.experts  # norm in, out, fp32 router probs
                + gin * copies * ctx.et * h  # permuted tokens (gathered over ETP)
-               + copies * (two * up + kept * gin) * moe.expert_ffn  # expert activation inputs, down-proj input
+               + copies * (act_in + act_out) * moe.expert_ffn  # expert activation inputs, down-proj input
                # The routing weights multiply the activation output (Megatron's TEGroupedMLP weighted SwiGLU;
                # DeepSeek-V3 §3.3), which keeps one fp32 weight per copy instead of every expert output.
-               + 4.0 * copies)
+               + FP32_BYTES * copies)
         if moe.shared_experts:
-            mlp = mlp + tok * (two * up + gin) * moe.shared_experts * moe.shared_ffn / t
+            mlp = mlp + tok * (act_in + np.where(fp8_act, 0.0, gin)) * moe.shared_experts * moe.shared_ffn / t
     full = attn + mlp
     out = np.where(rc == RC_FULL, two * tr * h, full)
     for code in np.unique(rc[rc >= RC_OP_SAC]):
@@ -203,6 +293,15 @@ def _saved_outputs_bytes(ctx: Ctx, kind: LayerKind, name: str) -> np.ndarray:
     return out
 
 
+def offloaded_activations(ctx: Ctx, stored: np.ndarray, layer: np.ndarray) -> np.ndarray:
+    """GPU bytes of `stored` activations when a share of the layers is offloaded to host memory: the kept share
+    plus the layers in transfer (never more than without offloading)."""
+    share = ctx.stack.memory.activation_offload
+    if share == 0.0:
+        return stored
+    return (1.0 - share) * stored + np.minimum(share * stored, OFFLOAD_BUFFER_LAYERS * layer)
+
+
 def mtp_activation_bytes(ctx: Ctx, dense_layer: np.ndarray, moe_layer: np.ndarray) -> np.ndarray:
     """Activations of the MTP modules on the last stage per micro-batch: each a transformer layer of the
     model's MTP layer kind plus its two norms and concatenated 2h input (4 bf16 copies of the hidden state)."""
@@ -216,26 +315,61 @@ def token_id_bytes(ctx: Ctx) -> np.ndarray:
     return TOKEN_ID_BYTES * ctx.b * ctx.s / ctx.c
 
 
-def buffer_bytes(ctx: Ctx, largest_layer: np.ndarray, linear_params: np.ndarray) -> np.ndarray:
-    """(N, K) buffers held across the step: ZeRO-3 gathers one layer's bf16 weights and their gradient,
-    double-buffered for prefetch (4 × 2 B per parameter of the largest layer); fp8 training caches each
-    linear weight in fp8 (FP8_WEIGHT_CACHE_BYTES)."""
-    zero3 = np.where(ctx.lay.zero == 3, 2 * (2 * WEIGHT_BYTES) * largest_layer, 0.0)
-    return zero3[:, None] + np.where(ctx.fp8[:, None], FP8_WEIGHT_CACHE_BYTES * linear_params, 0.0)
+def zero3_block_bytes(ctx: Ctx, largest_layer: np.ndarray, z3_sharded: np.ndarray) -> np.ndarray:
+    """(N, K) ZeRO-3 working buffers of the blocks where it reshards the parameters (`z3_sharded`): per transformer
+    block (FSDP, Megatron-FSDP), the bf16 weights of the block computing and of the one prefetched plus the
+    block's unsharded gradient in the reduce dtype before its reduce-scatter; per module (DeepSpeed), 4 B per
+    parameter of the largest module (memory.rst: bf16 weights and gradients of the largest layer)."""
+    if not z3_sharded.any():
+        return np.zeros((len(ctx.lay), 1))
+    if ctx.stack.memory.zero3_unit == "module":
+        return np.where(z3_sharded, 2.0 * COMPUTE_WEIGHT_BYTES * largest_module_params(ctx)[:, None], 0.0)
+    grad_bytes = ctx.stack.communication.grad_reduce_bytes
+    return np.where(z3_sharded, (2.0 * COMPUTE_WEIGHT_BYTES + grad_bytes) * largest_layer[:, None], 0.0)
 
 
-def transient_bytes(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
-    """Short-lived peak on top of stored activations: (logits, held by the head rank only; working set of
-    every rank: a fully recomputed layer's activations during its backward and the gradient of the widest
-    activation)."""
+def zero3_ends_bytes(ctx: Ctx, ends: np.ndarray, z3_sharded: np.ndarray) -> np.ndarray:
+    """(N, K) the bf16 embedding and head (`ends` parameters) ZeRO-3 keeps gathered from their forward to their
+    backward (FSDP2's root module does not reshard after forward); DeepSpeed gathers them module by module like
+    any other (zero3_block_bytes)."""
+    if not z3_sharded.any() or ctx.stack.memory.zero3_unit == "module":
+        return np.zeros((len(ctx.lay), 1))
+    return np.where(z3_sharded, COMPUTE_WEIGHT_BYTES * ends, 0.0)
+
+
+def fp8_weight_bytes(ctx: Ctx, linear_params: np.ndarray, z3_sharded: np.ndarray) -> np.ndarray:
+    """(N, K) fp8 copies of the linear weights kept for the step: a transpose next to fp8 parameters, or the
+    stack's fp8 cache of bf16 parameters (none where ZeRO-3 gathers the weights block by block)."""
+    mem = ctx.stack.memory
+    per = FP8_BYTES if mem.fp8_params else mem.fp8_weight_cache_bytes
+    return np.where(ctx.fp8[:, None] & ~z3_sharded, per * linear_params, 0.0)
+
+
+def logit_bytes(ctx: Ctx) -> np.ndarray:
+    """The loss's peak on the head rank: logits of one micro-batch (per MTP module too) at the stack's bytes per
+    logit (fewer where the loss is compiled), split over TP when the loss is vocab-parallel, one chunk at a time
+    when it is chunked."""
+    mem, m = ctx.stack.memory, ctx.model
+    vocab = ctx.vocab_padded / (ctx.t if mem.vocab_parallel_loss else 1)
+    per_logit = COMPILED_LOGIT_BYTES if mem.loss_compiled and ctx.stack.compiled else mem.logit_bytes
+    return per_logit * ctx.tokens * vocab * (1 + m.mtp_layers) / mem.loss_chunks
+
+
+def working_bytes(ctx: Ctx) -> np.ndarray:
+    """Short-lived peak on top of stored activations on every rank: a fully recomputed layer's activations
+    during its backward and the gradient of the widest activation."""
     m = ctx.model
-    logits = LOGIT_BYTES * ctx.tokens * ctx.vocab_padded / ctx.t * (1 + m.mtp_layers)
-    kind = LayerKind.MOE if m.moe_layer_count else LayerKind.DENSE
-    recomputed = np.where(ctx.recompute == RC_FULL,
-                          layer_activation_bytes(ctx, kind, recompute=np.zeros_like(ctx.recompute)), 0.0)
     width = max(m.mlp.ffn * (2 if m.mlp.gated else 1), m.hidden)
     grad_buffer = ACT_BYTES * ctx.tokens * width / ctx.t
-    return logits, recomputed + grad_buffer
+    full = ctx.recompute == RC_FULL
+    if not full.any():
+        return grad_buffer
+    kind = LayerKind.MOE if m.moe_layer_count else LayerKind.DENSE
+    recomputed = layer_activation_bytes(ctx, kind, recompute=np.full_like(ctx.recompute, RC_NONE))
+    return np.where(full, recomputed, 0.0) + grad_buffer
+
+
+MEMORY_COMPONENTS = ("weights", "gradients", "optimizer", "activations", "buffers")
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,17 +381,20 @@ class RankMemory:
     optimizer: np.ndarray
     activations: np.ndarray
     buffers: np.ndarray
-    """ZeRO-3 gather buffers, fp8 weight caches and transient working memory."""
+    """fp8 weight copies, the gathered ZeRO-3 embedding and head, and the larger of the loss's logits and the
+    backward's ZeRO-3 block buffers with its working memory (the two phases do not overlap)."""
+    host: np.ndarray
+    """Bytes the rank keeps in host memory (offloaded optimizer states, a host EMA); not part of `total`."""
 
     @property
     def total(self) -> np.ndarray:
+        """Peak allocated bytes on the GPU."""
         return self.weights + self.gradients + self.optimizer + self.activations + self.buffers
 
+    @property
+    def transient(self) -> np.ndarray:
+        """Bytes allocated and freed within each step (what the allocator has to fit around the states)."""
+        return self.activations + self.buffers
+
     def as_gib(self) -> dict[str, np.ndarray]:
-        return {name: getattr(self, name) / 2**30
-                for name in ("weights", "gradients", "optimizer", "activations", "buffers")}
-
-
-def required_gib(peak_allocated_gib: np.ndarray) -> np.ndarray:
-    """GPU memory a run needs for a given peak of allocated bytes (allocator headroom + CUDA context)."""
-    return peak_allocated_gib * (1 + ALLOCATOR_HEADROOM) + CONTEXT_GIB
+        return {name: getattr(self, name) / 2**30 for name in MEMORY_COMPONENTS}

@@ -41,17 +41,17 @@ import numpy as np
 from parplan.errors import ConfigError, NoFeasiblePlanError
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
+from parplan.planner.device import outside_allocator_bytes
 from parplan.planner.estimate import (
     Estimate,
     compute_floor,
     evaluate_layouts,
-    peak_memory_gib,
+    peak_memory,
     required_memory_gib,
     step_time_bound,
     time_options_bound,
 )
 from parplan.planner.estimate import group_rows as _group_rows
-from parplan.planner.memory import required_gib as memory_required_gib
 from parplan.planner.recompute import recomputes_no_more
 from parplan.planner.strategy import (
     DISPATCHERS,
@@ -588,13 +588,15 @@ def _cost_blocks(reps: Layouts) -> _Partial:
     rows = _valid(lay, model, cluster)
     lay, owner = lay.take(rows), owner[rows]
     # Memory first: a layout that cannot fit needs no step time.
-    base_peak = peak_memory_gib(model, cluster, lay, workload, stack)
+    base_peaks = peak_memory(model, cluster, lay, workload, stack)
     lay, parent = _time_options(lay, model, cluster, space)
-    peak, owner = base_peak[parent], owner[parent]
+    peaks, owner = base_peaks.take(parent), owner[parent]
     if layout_filter is not None:
         rows = np.flatnonzero(layout_filter(lay))
-        lay, peak, owner = lay.take(rows), peak[rows], owner[rows]
-    required = memory_required_gib(peak)
+        lay, peaks, owner = lay.take(rows), peaks.take(rows), owner[rows]
+    # Device memory includes the dispatcher's buffers (device.py), so it is completed after the expansion.
+    required = peaks.reserved + outside_allocator_bytes(model, cluster, lay) / 2**30
+    peaks = dataclasses.replace(peaks, device=required)
     least_req, least = np.inf, None
     if len(lay):
         i = int(np.argmin(required))
@@ -607,7 +609,7 @@ def _cost_blocks(reps: Layouts) -> _Partial:
         fitting = fitting[_undominated(lay.take(fitting), st["dominance"])]
     if len(fitting):
         ev = evaluate_layouts(model, cluster, lay.take(fitting), breakdown=False, workload=workload,
-                              peak_gib=peak[fitting], stack=stack)
+                              peaks=peaks.take(fitting), stack=stack)
         if reference is not None:
             faster = np.bincount(owner[fitting][ev.tokens_per_s_per_gpu > reference * (1 + SLACK)], minlength=n)
         order = np.argsort(-ev.tokens_per_s_per_gpu, kind="stable")[:keep]

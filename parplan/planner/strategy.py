@@ -361,8 +361,11 @@ RULES: tuple[Rule, ...] = (
     Rule("tp_overlap_needs_sp", lambda lay, m, c: ~lay.tp_overlap | lay.sp,
          lambda s, m, c: "tp_overlap needs sequence parallelism (Megatron --tp-comm-overlap asserts it)",
          time_only=True),
-    Rule("pp_layers", lambda lay, m, c: lay.pp * lay.vpp <= m.layers,
-         lambda s, m, c: f"pp·vpp = {s.pp * s.vpp} virtual stages exceed the {m.layers} layers"),
+    # The first and last virtual stages may hold only the embedding and the loss (Llama 3 §3.3.2: 126 layers on
+    # 128 virtual stages), so pp·vpp may exceed the layers by two.
+    Rule("pp_layers", lambda lay, m, c: lay.pp * lay.vpp <= m.layers + 2,
+         lambda s, m, c: f"pp·vpp = {s.pp * s.vpp} virtual stages exceed the {m.layers} layers plus the embedding's "
+                         f"and the loss's stages"),
     Rule("schedule_needs_pp", lambda lay, m, c: _sched(lay, "1f1b") | (lay.pp > 1),
          lambda s, m, c: f"schedule {s.schedule} needs pp > 1"),
     Rule("interleaved_vpp",

@@ -23,6 +23,7 @@ from parplan.hardware import load_cluster
 from parplan.limits import MAX_GPUS
 from parplan.models.presets import load_model
 from parplan.models.spec import ModelSpec
+from parplan.planner.device import MEMORY_KINDS
 from parplan.planner.estimate import Estimate, evaluate
 from parplan.planner.search import SearchSpace, plan
 from parplan.planner.strategy import Strategy
@@ -35,6 +36,12 @@ _RUN_PRECISIONS = ("bf16", "fp16", "fp8")
 """A run's training precision; fp16 is costed as bf16 (same tensor-core rate on A100 and H100)."""
 _STRATEGY_KEYS = {f.name for f in fields(Strategy)} - _BATCH_KEYS | {"dp"}
 """What a run's `strategy` may hold: the layout fields, and dp (checked against the GPU count)."""
+PEAK_MEMORY_KINDS = (*MEMORY_KINDS, "unknown")
+"""What a measured peak is (`measured.peak_memory_kind`): allocated (torch.cuda.max_memory_allocated), reserved
+(torch.cuda.max_memory_reserved, torchtitan's logged memory), device (nvidia-smi), or unknown (the source does
+not say which: compared as reserved, the middle of the three, and flagged)."""
+UNKNOWN_KIND_COMPARED_AS = "reserved"
+_MEMORY_RANKS = ("peak", "last")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,8 @@ class PublishedRun:
     peak_memory_gib: float | None
     memory_rank: str
     """Which rank the measured memory is from: 'peak' (most loaded) or 'last' (last pipeline stage)."""
+    peak_memory_kind: str | None
+    """What the measured peak is (one of PEAK_MEMORY_KINDS); None without a measured peak."""
     unknown: tuple[str, ...]
     notes: str
     file: str
@@ -90,13 +99,34 @@ class RunResult:
         return self.estimate.tokens_per_s_per_gpu / self.run.tokens_per_s_per_gpu - 1
 
     @property
+    def memory_kind(self) -> str | None:
+        """The memory kind the prediction is compared in: the measured one, or reserved for an unknown one."""
+        kind = self.run.peak_memory_kind
+        return UNKNOWN_KIND_COMPARED_AS if kind == "unknown" else kind
+
+    @property
+    def memory_flag(self) -> str | None:
+        """Why the memory comparison is less certain, or None."""
+        if self.run.peak_memory_kind == "unknown":
+            return f"the run does not say which memory it measured; compared as {UNKNOWN_KIND_COMPARED_AS}"
+        return None
+
+    @property
     def predicted_memory_gib(self) -> float | None:
+        """The predicted peak in the kind the run measured, on the rank it measured."""
         if self.run.peak_memory_gib is None:
             return None
+        kind = self.memory_kind
         if self.run.memory_rank == "last":
-            last = [st for st in self.estimate.stages if st["head"]]
-            return float(max(st["memory_total_gib"] for st in last))
-        return self.estimate.memory_gib
+            key = {"allocated": "memory_total_gib", "reserved": "memory_reserved_gib",
+                   "device": "memory_device_gib"}[kind]
+            return float(max(st[key] for st in self.estimate.stages if st["head"]))
+        return self.estimate.memory_kinds()[kind]
+
+    @property
+    def fits(self) -> bool:
+        """The predicted device memory is within the GPU's capacity (every run in a runs file ran)."""
+        return self.estimate.fits
 
     @property
     def memory_error(self) -> float | None:
@@ -104,6 +134,21 @@ class RunResult:
         if pred is None or self.run.peak_memory_gib is None:
             return None
         return pred / self.run.peak_memory_gib - 1
+
+
+def _measured_memory(measured: Fields) -> tuple[float | None, str | None, str]:
+    """(peak GiB, its kind, its rank) of a run's `measured` section: a peak needs its kind; a negative or
+    non-numeric peak, an unknown kind or rank are errors naming the field."""
+    memory_rank = measured.str("memory_rank", "peak", choices=_MEMORY_RANKS)
+    peak = measured.float("peak_memory_gib", None, above=0)
+    if peak is None:
+        return None, None, memory_rank
+    kind = measured.data.get("peak_memory_kind")
+    if kind not in PEAK_MEMORY_KINDS:
+        got = "it is missing" if kind is None else f"got {shown(kind)}"
+        raise measured.error("peak_memory_kind", f"a measured peak needs its kind, one of "
+                                                 f"{', '.join(PEAK_MEMORY_KINDS)}; {got}")
+    return peak, kind, memory_rank
 
 
 def _local_ref(name: str, runs_file: Path, folder: str) -> str:
@@ -156,9 +201,9 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
         if misplaced:
             raise strat.error(None, f"{', '.join(sorted(misplaced))} belong(s) under batch or precision")
         batch = f.mapping("batch").allow({"gbs", "seq"})
-        # peak_memory_kind documents what a memory figure is (allocated, reserved, nvidia-smi); not read.
         measured = f.mapping("measured").allow({"tokens_per_s_per_gpu", "step_time_s", "peak_memory_gib",
                                                 "memory_rank", "peak_memory_kind"})
+        peak, kind, memory_rank = _measured_memory(measured)
         precision = f.str("precision", "bf16", choices=_RUN_PRECISIONS)
         gpus = f.int("gpus", min=1, max=MAX_GPUS)
         layout = {k: v for k, v in strat.data.items() if k != "dp"}
@@ -190,9 +235,8 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
         runs.append(PublishedRun(
             id=rid, group=f.str("group", ""), tier=f.str("tier", ""), source=f.str("source", ""), file=file,
             cluster=cluster, gpus=gpus, base_model=model, strategy=strategy,
-            tokens_per_s_per_gpu=float(measured.float("tokens_per_s_per_gpu", above=0)),
-            peak_memory_gib=measured.float("peak_memory_gib", None, above=0),
-            memory_rank=measured.str("memory_rank", "peak", choices=("peak", "last")),
+            tokens_per_s_per_gpu=measured.float("tokens_per_s_per_gpu", above=0),
+            peak_memory_gib=peak, memory_rank=memory_rank, peak_memory_kind=kind,
             unknown=tuple(f.list("unknown", [])), notes=f.str("notes", ""), dropout=f.bool("dropout", None),
             stack=stack, compile=compiled,
         ))
@@ -274,14 +318,18 @@ def rank_runs(results: list[RunResult], deadline: float | None = None,
 
 
 def summarize(results: list[RunResult], key: str = "group") -> list[dict[str, Any]]:
-    """Median, 90th percentile and mean absolute throughput error per group (or tier), and overall."""
+    """Median, 90th percentile and mean absolute throughput error per group (or tier), and overall; the same
+    for peak memory (like with like), and how many runs are predicted not to fit."""
     buckets: dict[str, list[float]] = {}
     mem: dict[str, list[float]] = {}
+    misfits: dict[str, int] = {}
     for r in results:
         label = getattr(r.run, key)
         buckets.setdefault(label, []).append(abs(r.throughput_error))
         if r.memory_error is not None:
             mem.setdefault(label, []).append(abs(r.memory_error))
+        if r.fits is False:
+            misfits[label] = misfits.get(label, 0) + 1
     rows = []
     for label in [*sorted(buckets), "all"]:
         errs = [e for v in buckets.values() for e in v] if label == "all" else buckets[label]
@@ -295,5 +343,7 @@ def summarize(results: list[RunResult], key: str = "group") -> list[dict[str, An
             "max_abs_error": float(np.max(errs)) if errs else None,
             "memory_runs": len(mems),
             "memory_median_abs_error": float(np.median(mems)) if mems else None,
+            "memory_p90_abs_error": float(np.percentile(mems, 90)) if mems else None,
+            "predicted_not_to_fit": sum(misfits.values()) if label == "all" else misfits.get(label, 0),
         })
     return rows

@@ -7,9 +7,19 @@ per step, less the decode tokens where the budget counts them; one step when the
 decodes OSL − 1 more tokens, one per step (more with speculative decoding). With R requests resident,
 x = R / (n_p + (OSL − 1)/τ) requests finish per step (τ: tokens per decode step); their prompts add x·P
 prefill tokens per step, carried by a share f of the steps ("mixed" steps of c tokens each; engines that do not
-mix run a prefill batch and then the decode batch) while the rest only decode. A sequence waits for every step:
+mix run a prefill batch and then the decode batch) while the rest only decode. A decoding sequence waits for the
+steps of its span, which carry the prompts of the other requests only: its own prompt, and those of its burst
+prefilled before it, were done before its first token (in TTFT). Of the R requests, (β_R + 1)/2 (β_R: the burst
+size below) are thus not prefilled during its span, so its steps carry prefill a share f_s = f·(R − (β_R + 1)/2)/R
+of the time, and
 
-    TPOT = (f·t_mix + (1 − f)·t_dec) / τ.
+    TPOT = (f_s·t_mix + (1 − f_s)·t_dec) / τ        (one request alone: TPOT = t_dec).
+
+Under attention DP the MoE layers join the dp ranks of a stage in every step, so a step lasts as long as its
+slowest rank: it carries prefill whenever any rank does. Each rank admits its own requests, so a share
+1 − (1 − f)^dp of the steps carry prefill (f_s on the sequence's own rank), as SGLang's PrefillDelayer describes
+("when all DP ranks are at full capacity and one rank finishes a request, starting a prefill causes other ranks to
+idle": sgl-project/sglang python/sglang/srt/managers/prefill_delayer.py @1f77e43).
 
 Requests that finish together are replaced together, so prompts arrive in bursts: a share β of the requests
 in flight (the engine's burst knob) arrive with a request, and the burst is prefilled first come, first served
@@ -43,11 +53,20 @@ class PhaseResult:
     decode_batch: np.ndarray
     """Sequences in a decode step."""
     mixed_share: np.ndarray
-    """Share of steps that carry prefill tokens."""
+    """Share of steps that carry prefill tokens (on any rank of an attention-DP group: the group waits for it)."""
+    rank_mixed_share: np.ndarray
+    """Share of steps that carry this rank's own prefill tokens."""
     queue: np.ndarray
     """Seconds a request waits before it is admitted (no KV space, or the prefill budget is full)."""
     decode_step: StepTime
     mixed_step: StepTime
+
+
+def burst_size(burst: float, in_flight: np.ndarray, open_loop: bool = False) -> np.ndarray:
+    """Requests arriving together with a request of a closed loop: itself and a share `burst` (the engine's knob)
+    of the others in flight, which finished with the request it replaces and were replaced with it; one in an
+    open loop."""
+    return 1.0 + (0.0 if open_loop else burst) * np.maximum(np.asarray(in_flight, dtype=float) - 1.0, 0.0)
 
 
 def prefill_steps(prompt: np.ndarray, budget: np.ndarray, chunked: bool) -> np.ndarray:
@@ -77,9 +96,18 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
     n_p = prefill_steps(prompt, budget, eng.chunked_prefill)
     per_step = running / (n_p + decode_steps)
     capped = np.minimum(per_step, budget / prompt)
-    burst = 1.0 + (0.0 if open_loop else eng.knobs.burst) * (running - 1.0)
+    burst = burst_size(eng.knobs.burst, running, open_loop)
     tokens = np.minimum(budget, prompt * np.maximum(burst, capped))
     share = np.minimum(1.0, capped * prompt / tokens)
+    # The prefill a decoding sequence waits for is that of the other requests: its own prompt, and those of its
+    # burst prefilled before it ((burst − 1)/2 on average), are done before its first token (in TTFT).
+    others = np.clip((running - (burst + 1.0) / 2.0) / np.maximum(running, 1.0), 0.0, 1.0)
+    # Under attention DP the MoE layers synchronise the dp ranks of a stage: a step lasts as long as its slowest
+    # rank, so it carries prefill whenever any rank does (each rank admits its own requests).
+    sync = sm.lay.dp if sm.model.moe is not None else np.ones_like(sm.lay.dp)
+    idle = (1.0 - share) ** np.maximum(sync - 1.0, 0.0)
+    step_share = 1.0 - (1.0 - share) * idle
+    span_share = 1.0 - (1.0 - share * others) * idle
     # A request's prompt is done after its own chunks, or, in a burst larger than one step holds, after the
     # steps before it in the burst: (steps of the burst + 1) / 2 on average.
     own_steps = np.maximum(n_p, (burst * prompt / tokens + 1.0) / 2.0)
@@ -94,12 +122,13 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
     else:  # a prefill batch runs on its own, then the decode batch
         mix = sm.step(0.0, 0.0, tokens / pp, pf_keys, tokens / prompt / pp, mixed=True)
         mix_total = mix.total + dec.total
-    mean_step = share * mix_total + (1.0 - share) * dec.total
-    tpot = mean_step / tokens_per_step
+    mean_step = step_share * mix_total + (1.0 - step_share) * dec.total
+    tpot = (span_share * mix_total + (1.0 - span_share) * dec.total) / tokens_per_step
     own = eng.knobs.request_ms * 1e-3 + 0.5 * mean_step + own_steps * mix_total
     decode_time = np.maximum(osl - 1, 0) * tpot
     throughput = np.minimum(running / (own + decode_time), capped / mean_step)
     in_flight_time = np.divide(concurrency, throughput, out=np.full_like(throughput, np.inf), where=throughput > 0)
     ttft = np.maximum(own, in_flight_time - decode_time)
     return PhaseResult(ttft=ttft, tpot=tpot, throughput=throughput, running=running, decode_batch=decode_batch,
-                       mixed_share=share, queue=ttft - own, decode_step=dec, mixed_step=mix)
+                       mixed_share=step_share, rank_mixed_share=share,
+                       queue=ttft - own, decode_step=dec, mixed_step=mix)

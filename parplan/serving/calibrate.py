@@ -27,8 +27,10 @@ BOUNDS = {"decode_step_ms": (0.01, 5.0), "launch_us": (0.1, 200.0), "graph_kerne
 """Physical ranges the search stays in."""
 
 TPOT_WEIGHT = 1.5
-CAP_TPOT, CAP_TTFT = 0.7, 1.2
-"""Largest |log(predicted / measured)| a row contributes (×2 and ×3.3)."""
+CAP_TPOT, CAP_TTFT = 0.4, 0.5
+"""Largest |log(predicted / measured)| a row contributes (×1.5 and ×1.65): the fit follows the bulk of the rows,
+as the median error validate --serving reports does, not the few whose measurement carries what no deployment
+model has (speculative decoding the file does not record, start-up time in short runs)."""
 
 
 def with_knobs(engine: Engine, values: dict[str, float]) -> Engine:

@@ -39,6 +39,13 @@ QUANT = {"": "bf16", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8_block": 
 ENGINE_NAMES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 MODE_NAMES = {"agg": "aggregated", "disagg": "disaggregated"}
 
+MEASURED_OVERLAP = {"trtllm": False}
+"""The overlap scheduler of aiconfigurator's measured deployments where it differs from the engine's default:
+aiconfigurator writes TensorRT-LLM launch configs with disable_overlap_scheduler true unless told otherwise
+(ai-dynamo/aiconfigurator src/aiconfigurator/generator/config/backend_templates/trtllm/
+extra_engine_args.1.3.0rc1.yaml.j2 @581e459: `disable_overlap_scheduler: {{ disable_overlap_scheduler |
+default(true) }}`)."""
+
 METRICS = ("ttft_ms", "tpot_ms")
 """The metrics of a measured row, named as serve_evaluate names them."""
 
@@ -184,7 +191,8 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
             precision = Precision(gemm=gemm, moe=moe_q, kv_cache=kv)
             if mode == "aggregated":
                 pool = _pool(row, "", moe=model.moe is not None, workers=False)
-                deployment = Deployment(engine=engine, precision=precision, mode=mode, pool=pool)
+                deployment = Deployment(engine=engine, precision=precision, mode=mode, pool=pool,
+                                        overlap_scheduler=MEASURED_OVERLAP.get(engine))
                 concurrency = _concurrency(row)
             else:
                 for role in ("prefill_", "decode_"):
@@ -194,7 +202,7 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
                 prefill = _pool(row, "prefill_", moe=model.moe is not None, workers=True)
                 decode = _pool(row, "decode_", moe=model.moe is not None, workers=True)
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, prefill=prefill,
-                                        decode=decode)
+                                        decode=decode, overlap_scheduler=MEASURED_OVERLAP.get(engine))
                 concurrency = _concurrency(row)
             if concurrency is None:
                 raise ParplanError("the concurrency it was measured at is not recorded (silicon_concurrency=N in "

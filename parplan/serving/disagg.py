@@ -6,6 +6,8 @@ scale-up domain, its NIC otherwise, as NIXL and Mooncake do), and the decode ran
 prefill interference. In a closed loop the two pools form a two-station network: throughput is the smallest of
 what the prefill pool can prefill, what the decode slots can carry, and what the requests in flight allow
 (Little's law at the light-load latency); requests beyond what the pools absorb queue, which shows in TTFT.
+Requests that finish together are replaced together, as in the aggregated loop (batching.burst_size): the burst
+reaches the prefill pool at once and is prefilled in rounds of the pool's slots, first come, first served.
 The decode batch and TPOT are solved together (TPOT grows with the batch the throughput puts on each rank).
 This is the rate matching of TensorRT-LLM's disaggregated methodology (``reference/serving.md`` §1.13).
 """
@@ -18,7 +20,7 @@ import numpy as np
 
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
-from parplan.serving.batching import prefill_steps
+from parplan.serving.batching import burst_size, prefill_steps
 from parplan.serving.kvcache import gpu_sequence_bytes
 from parplan.serving.layout import PoolArrays
 from parplan.serving.step import StepModel, StepTime
@@ -153,8 +155,12 @@ def disaggregated(pre: StepModel, dec: StepModel, *, isl: np.ndarray, osl: np.nd
     service = prefill_service(pre, isl, prompt, chunk, prefill_batch)
     prefill_capacity = p_lay.workers * p_lay.dp * service.capacity
     decode_ranks = d_lay.workers * d_lay.dp
-    light = service.latency + kv_transfer + pre.engine.knobs.request_ms * 1e-3
     slots = p_lay.workers * p_lay.dp * service.prompts
+    # Requests that finish together are replaced together: a burst arrives at the prefill pool, which takes it
+    # `slots` prompts per round, and a request waits for the rounds before its own, (rounds − 1)/2 on average.
+    rounds = burst_size(pre.engine.knobs.burst, concurrency) / np.maximum(slots, 1e-9)
+    burst_wait = np.maximum(rounds - 1.0, 0.0) / 2.0 * service.latency
+    light = service.latency + kv_transfer + pre.engine.knobs.request_ms * 1e-3 + burst_wait
 
     def balance(b: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(throughput, batch it puts on a decode rank) when each decode rank runs b sequences; arrays of
@@ -194,7 +200,7 @@ def disaggregated(pre: StepModel, dec: StepModel, *, isl: np.ndarray, osl: np.nd
     throughput = closed_loop_rate(concurrency, light + decode_time, service.latency, slots,
                                   np.minimum(prefill_capacity, decode_ranks * decode_slots / np.maximum(decode_time,
                                                                                                       1e-12)))
-    own = first_token(pre.engine.knobs.request_ms, service.latency, slots, kv_transfer, throughput)
+    own = first_token(pre.engine.knobs.request_ms, service.latency, slots, kv_transfer, throughput) + burst_wait
     in_flight_time = np.divide(concurrency, throughput, out=np.full_like(throughput, np.inf), where=throughput > 0)
     ttft = np.maximum(own, in_flight_time - decode_time)
     return DisaggResult(ttft=ttft, tpot=tpot, throughput=throughput, decode_batch=batch,

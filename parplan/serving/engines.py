@@ -4,6 +4,7 @@ attention DP, and the few global knobs fitted to measured deployments (parplan/d
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -85,6 +86,9 @@ class Engine:
     eager_prefill: bool
     """Whether steps that carry prefill run eagerly (every kernel launched from Python) or as piecewise CUDA
     graphs with only attention launched in between (vLLM)."""
+    overlap_scheduler: bool
+    """Whether the host prepares and launches a step while the GPU still runs the one before (TensorRT-LLM's
+    overlap scheduler), so an eager step takes the longer of its launches and its GPU work, not their sum."""
     a2a: str
     """MoE token exchange under attention DP by default."""
     deepep: bool
@@ -97,6 +101,12 @@ class Engine:
     """Whether it runs pipeline parallelism."""
     knobs: EngineKnobs
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def configured(self, overlap_scheduler: bool | None) -> Engine:
+        """The engine as a deployment runs it: its overlap scheduler switched as stated (None: the default)."""
+        if overlap_scheduler is None or overlap_scheduler == self.overlap_scheduler:
+            return self
+        return dataclasses.replace(self, overlap_scheduler=overlap_scheduler)
 
     def default_kv_dtype(self, weights: str) -> str:
         """The KV-cache format the engine picks when not told, for weights stored as `weights`."""
@@ -169,6 +179,7 @@ class _EngineFields:
     reserve_gib: float
     cuda_graph_max_batch: int
     eager_prefill: bool
+    overlap_scheduler: bool
     a2a: str
     deepep: bool
     moe_layout: str

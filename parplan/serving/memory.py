@@ -17,7 +17,7 @@ import numpy as np
 from parplan.hardware.efficiency import DTYPE_BYTES
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import Block, LayerKind, Linear, ModelSpec, Shard
-from parplan.planner.memory import CONTEXT_GIB
+from parplan.planner.device import CUDA_CONTEXT_GIB, nccl_bytes
 from parplan.serving.engines import GIB, Engine
 from parplan.serving.kvcache import gpu_sequence_bytes
 from parplan.serving.layout import PoolArrays
@@ -163,7 +163,8 @@ def serving_memory(model: ModelSpec, cluster: ClusterSpec, engine: Engine, preci
     weights = weight_bytes(model, precision, lay, mtp=mtp)
     act = activation_bytes(model, lay, chunk_tokens) / GIB
     w = weights.total / GIB
-    context = CONTEXT_GIB + np.zeros_like(lay.tp)
+    # Outside the allocator: the CUDA context and NCCL's buffers of the TP group and the pipeline neighbours.
+    context = CUDA_CONTEXT_GIB + nccl_bytes(lay.tp > 1, 2.0 * (lay.pp > 1)) / GIB
     if engine.memory == "total":
         kv = engine.memory_fraction * hbm - w - act - context
         reserved = context + (1 - engine.memory_fraction) * hbm

@@ -37,7 +37,7 @@ from parplan.hardware import deepep, load_cluster
 from parplan.limits import MAX_BATCH, MAX_SEQ
 from parplan.models import ModelSpec, load_model
 from parplan.planner import experts
-from parplan.serving.cases import QUANT, SYSTEMS, Case
+from parplan.serving.cases import MEASURED_OVERLAP, QUANT, SYSTEMS, Case
 from parplan.serving.engines import Engine, load_engine
 from parplan.serving.evaluate import Traffic, evaluate_aggregated
 from parplan.serving.layout import PoolArrays
@@ -49,6 +49,12 @@ ENGINE_WORDS = (("sglang", "sglang"), ("tensorrt", "trtllm"), ("trtllm", "trtllm
 
 QUEUED = 100_000
 """Requests in flight for 'infinite request rate' benchmarks: every request queued, the engine's batch full."""
+
+PERF_OVERVIEW_REQUESTS = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (1000, 2000): 1500,
+                          (2048, 128): 3000, (2048, 2048): 1500, (5000, 500): 1500, (1000, 1000): 3000,
+                          (500, 2000): 3000, (20000, 2000): 1000}
+"""Requests per trtllm-bench run of TensorRT-LLM's perf overview, by ISL/OSL (NVIDIA/TensorRT-LLM
+docs/source/performance/perf-overview.md @00f3768, '$num_requests' table)."""
 
 
 class _Entry:
@@ -183,12 +189,14 @@ def _closed_loop(entry: _Entry, engine: str) -> Case:
     layout, work = entry.section("layout"), entry.section("workload")
     precision = _precision(entry, load_engine(engine), model)
     moe = model.moe is not None
+    overlap = MEASURED_OVERLAP.get(engine)  # aiconfigurator's curated rows ran its generated configs
     if "prefill" in layout:
         deployment = Deployment(engine=engine, precision=precision, mode="disaggregated",
                                 prefill=_pool(entry, layout["prefill"], "layout.prefill", moe),
-                                decode=_pool(entry, layout["decode"], "layout.decode", moe))
+                                decode=_pool(entry, layout["decode"], "layout.decode", moe), overlap_scheduler=overlap)
     else:
-        deployment = Deployment(engine=engine, precision=precision, pool=_pool(entry, layout, "layout", moe))
+        deployment = Deployment(engine=engine, precision=precision, pool=_pool(entry, layout, "layout", moe),
+                                overlap_scheduler=overlap)
     workload = Workload(isl=int(_number(entry, "workload", "isl", work.get("isl"), integer=True)),
                         osl=int(_number(entry, "workload", "osl", work.get("osl"), integer=True)),
                         concurrency=int(_number(entry, "workload", "concurrency", work.get("concurrency"),
@@ -224,7 +232,10 @@ def _offline(entry: _Entry, engine: str) -> Case:
     pool = Pool(tp=1 if dp_on else tp, dp=tp if dp_on else 1, pp=_int(layout, "layout", "pp", 1),
                 moe_ep=tp if (moe and dp_on) else (_int(layout, "layout", "moe_ep", 1) if moe else 1),
                 batch=layout.get("max_batch_per_rank") if isinstance(layout.get("max_batch_per_rank"), int) else None)
-    deployment = Deployment(engine=engine, precision=_precision(entry, load_engine(engine)), pool=pool)
+    # The run's token budget per step (trtllm-bench --max_num_tokens), where the entry states it.
+    budget = layout.get("max_num_tokens")
+    deployment = Deployment(engine=engine, precision=_precision(entry, load_engine(engine)), pool=pool,
+                            chunk_tokens=budget if isinstance(budget, int) and not isinstance(budget, bool) else None)
     pairs = {}
     for key in _measured(entry):
         match = re.fullmatch(r"total_output_tok_s_(\d+)_(\d+)", key)
@@ -238,8 +249,15 @@ def _offline(entry: _Entry, engine: str) -> Case:
     if not isinstance(concurrency, (int, float)) or isinstance(concurrency, bool):
         concurrency = QUEUED
     concurrency = _number(entry, "workload", "concurrency", concurrency, most=MAX_BATCH)
-    return _special(entry, engine, "offline", {"pairs": pairs, "concurrency": concurrency},
-                    tuple(pairs), deployment)
+    stated = work.get("num_requests")
+    if stated is not None:
+        stated = _number(entry, "workload", "num_requests", stated, integer=True, most=MAX_BATCH)
+    perf_overview = "perf-overview.md" in str(entry.section("source").get("doc", ""))
+    requests = {name: stated if stated is not None
+                else float(PERF_OVERVIEW_REQUESTS.get(pair, 0)) if perf_overview else 0.0
+                for name, pair in pairs.items()}
+    return _special(entry, engine, "offline", {"pairs": pairs, "concurrency": concurrency,
+                                               "requests": requests}, tuple(pairs), deployment)
 
 
 def _static(entry: _Entry, engine: str) -> Case:
@@ -372,6 +390,16 @@ def _one_step(case: Case, engine: Engine, n_dec: float, ctx: float, n_pf: float,
     return float(step.total[0])
 
 
+def _whole_waves(requests: float, batch: float) -> float:
+    """Share of the steady-state throughput a run of `requests` equal requests keeps when `batch` of them run at
+    once: they go through in ⌈requests / batch⌉ waves (equal lengths keep each wave together), and the last,
+    partial wave decodes for as long as a full one (a decode step's time is mostly the weights it reads).
+    1 where the run's request count is not stated."""
+    if requests <= 0 or batch <= 0:
+        return 1.0
+    return requests / batch / math.ceil(requests / batch - 1e-9)
+
+
 def evaluate_special(case: Case, engine: Engine) -> dict[str, float]:
     """Predicted figures of a case that is not a closed loop (kinds above)."""
     p = case.params
@@ -405,7 +433,8 @@ def evaluate_special(case: Case, engine: Engine) -> dict[str, float]:
             ev = evaluate_aggregated(model, cluster, engine, d.precision, PoolArrays.from_pools([d.pool]), traffic,
                                      d.chunk_tokens)
             if ev.memory.fits[0]:
-                per_gpu = float(ev.output_tok_s_per_gpu[0])
+                per_gpu = float(ev.output_tok_s_per_gpu[0]) * _whole_waves(
+                    p["requests"][name], float(ev.phase.running[0]) * d.pool.dp * d.pool.workers)
                 out[name] = per_gpu * d.gpus if name.startswith("total_") else per_gpu
         return out
     if case.kind == "static":

@@ -209,6 +209,9 @@ class Deployment:
     chunk_tokens: int | None = None
     """Prefill tokens per step (vLLM max_num_batched_tokens, SGLang chunked_prefill_size, TensorRT-LLM
     max_num_tokens); None = the engine's default."""
+    overlap_scheduler: bool | None = None
+    """Whether the engine launches a step while the GPU runs the one before (TensorRT-LLM
+    disable_overlap_scheduler false); None = the engine's default."""
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:

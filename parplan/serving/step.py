@@ -341,14 +341,23 @@ class StepModel:
         elementwise = memory_bound_time(gpu, elem_bytes, m.layers * LAYER_KERNELS)
         eng = self.engine
         if mixed:
-            launched = self.kernels() if eng.eager_prefill else float(soft + lin_layers)
+            # Piecewise graphs (where the engine has them) launch only the attention cores in between; they are
+            # captured for steps of up to cuda_graph_max_batch tokens (vLLM's capture sizes count a step's
+            # tokens), and a longer step runs every kernel eagerly.
+            piecewise = np.where(tokens > eng.cuda_graph_max_batch, self.kernels(), float(soft + lin_layers))
+            launched = self.kernels() if eng.eager_prefill else piecewise
         else:  # decode steps replay CUDA graphs up to the captured batch size
             launched = np.where(n_dec > eng.cuda_graph_max_batch, self.kernels(), 0.0)
         # Eager steps dispatch from Python with synchronisations inside (MoE routing counts, scheduling), so the
-        # launches do not hide behind the GPU work: they add to it.
-        host = eng.knobs.decode_step_ms * 1e-3 + launched * eng.knobs.launch_us * 1e-6
-        return StepTime(linears=attn_lin + dense + shared + head, attention=attention, experts=experts_t,
-                        elementwise=elementwise, tp_comm=tp_comm, moe_comm=moe_comm, host=host)
+        # launches do not hide behind the GPU work: they add to it, unless the engine launches a step while the
+        # GPU still runs the one before (an overlap scheduler): then the step takes the longer of the two.
+        launch = launched * eng.knobs.launch_us * 1e-6
+        linears = attn_lin + dense + shared + head
+        if eng.overlap_scheduler:
+            launch = np.maximum(launch - (linears + attention + experts_t + elementwise + tp_comm + moe_comm), 0.0)
+        host = eng.knobs.decode_step_ms * 1e-3 + launch
+        return StepTime(linears=linears, attention=attention, experts=experts_t, elementwise=elementwise,
+                        tp_comm=tp_comm, moe_comm=moe_comm, host=host)
 
     def kernels(self) -> np.ndarray:
         """Kernels one step launches: every GEMM (and the activation quantisation before fp8/fp4 GEMMs), the

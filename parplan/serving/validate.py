@@ -45,7 +45,7 @@ class CaseResult:
 def _group_key(case: Case) -> tuple:
     d = case.deployment
     assert d is not None
-    return (case.model, case.cluster, d.engine, d.precision, d.mode, d.chunk_tokens)
+    return (case.model, case.cluster, d.engine, d.precision, d.mode, d.chunk_tokens, d.overlap_scheduler)
 
 
 @functools.lru_cache(maxsize=256)
@@ -119,6 +119,8 @@ def evaluate_cases(cases: Iterable[Case], engines: Mapping[str, Engine] | None =
             continue
         if case.kind != "closed_loop":
             engine = engines[case.engine] if engines and case.engine in engines else load_engine(case.engine)
+            if case.deployment is not None:
+                engine = engine.configured(case.deployment.overlap_scheduler)
             try:
                 predicted = evaluate_special(case, engine)
                 results[i] = CaseResult(case, predicted, None if predicted else
@@ -137,6 +139,7 @@ def evaluate_cases(cases: Iterable[Case], engines: Mapping[str, Engine] | None =
         group = [cases[i] for i in members]
         name = group[0].deployment.engine  # type: ignore[union-attr]
         engine = engines[name] if engines and name in engines else load_engine(name)
+        engine = engine.configured(group[0].deployment.overlap_scheduler)  # type: ignore[union-attr]
         for i, predicted in zip(members, _evaluate_group(group, engine), strict=True):
             error = None if predicted else "the model predicts it does not fit in GPU memory"
             results[i] = CaseResult(cases[i], predicted, error)

@@ -5,12 +5,16 @@ A stack file has the preset schema (see parplan/data/stacks/megatron-core.yaml):
     name: my-stack
     base: torchtitan          # optional: start from a preset and override what differs
     description: "..."
-    kernels: {fused_ops, attention, compile_scope, compile, cuda_graphs, host_us_per_kernel, compute_scale}
+    kernels: {fused_ops, attention, compile_scope, compile, cuda_graphs, deterministic, host_us_per_kernel,
+              compute_scale}
     communication: {grad_reduce_bytes, reshard_after_forward, reshard_under_pp, zero3_bucket_params, tp_style,
                     zero3_overlaps_tp}
     recompute: {none: none, selective: op_sac, full: full}    # name -> what it recomputes
     runs: {exporter, parallelism, zero, schedules, precisions}   # exporter: megatron, torchtitan@0.3.0, ...
-    memory: {}
+    memory: {weight_bytes, master_weight_bytes, grad_bytes, grad_copies, moment_bytes, fp8_params,
+             fp8_weight_cache_bytes, fp8_activation_bytes, fp8_attention_output, fp8_swiglu_input,
+             logit_bytes, loss_compiled, loss_chunks, vocab_parallel_loss, zero3_unit, pipeline_grad_shards,
+             pipeline_ends, allocator, optimizer_offload, activation_offload, ema}
     sources: {kernels.attention: "where the value comes from", ...}
     fit: {...}                # written by `parplan calibrate --stack`
 
@@ -27,18 +31,23 @@ from pathlib import Path
 from typing import Any
 
 from parplan._input import kind as path_kind
-from parplan._input import read_yaml
+from parplan._input import parse_yaml, read_yaml
 from parplan._mapping import Fields, as_float, as_int, shown
 from parplan._resources import data_dir
 from parplan.errors import ConfigError, UnknownPresetError
 from parplan.names import DEFAULT_STACK, FRAMEWORKS
 from parplan.planner.strategy import PRECISIONS, RECOMPUTE, SCHEDULES
 from parplan.stacks.spec import (
+    ALLOCATORS,
     ATTENTION_KERNELS,
     COMPILE_SCOPES,
+    EMA_PLACES,
+    FP8_ATTENTION_OUTPUTS,
     FUSED_OPS,
+    PIPELINE_ENDS,
     RECOMPUTE_KINDS,
     TP_STYLES,
+    ZERO3_UNITS,
     Communication,
     Kernels,
     Memory,
@@ -58,16 +67,33 @@ _CHOICES: dict[str, tuple[object, ...]] = {
     "runs.zero": (0, 1, 2, 3),
     "runs.schedules": SCHEDULES,
     "runs.precisions": PRECISIONS,
+    "memory.weight_bytes": (2, 4),
+    "memory.master_weight_bytes": (0, 4),
+    "memory.grad_bytes": (2, 4),
+    "memory.grad_copies": (0, 1, 2),
+    "memory.moment_bytes": (1, 2, 4),
+    "memory.fp8_weight_cache_bytes": (0, 1, 2),
+    "memory.fp8_activation_bytes": (1, 2),
+    "memory.fp8_attention_output": FP8_ATTENTION_OUTPUTS,
+    "memory.zero3_unit": ZERO3_UNITS,
+    "memory.pipeline_ends": PIPELINE_ENDS,
+    "memory.allocator": ALLOCATORS,
+    "memory.ema": EMA_PLACES,
 }
 """Allowed values of the fields that take one of a list (each element, for tuples)."""
-_RANGES: dict[str, dict[str, float]] = {
-    "kernels.host_us_per_kernel": {"min": 0, "max": 1e6},
-    "kernels.compute_scale": {"min": 0.01, "max": 100},
-    "communication.zero3_bucket_params": {"min": 0, "max": 1e15},
+_RANGES: dict[str, tuple[float, float]] = {
+    "kernels.host_us_per_kernel": (0, 1e6),
+    "kernels.compute_scale": (0.01, 100),
+    "communication.zero3_bucket_params": (0, 1e15),
+    "memory.logit_bytes": (0.0, 64.0),
+    "memory.loss_chunks": (1, 1 << 20),
+    "memory.optimizer_offload": (0.0, 1.0),
+    "memory.activation_offload": (0.0, 1.0),
 }
-"""Range of each number of a stack file: a launch cost of at most a second, a kernel efficiency within a
-hundred times the measured curves either way (as a cluster's calibration.compute_scale), a bucket of at most
-a thousand times the largest model's parameters. Only the absurd is refused; NaN and infinities always are."""
+"""Closed range of each number of a stack file that is not a list of choices: a launch cost of at most a second,
+a kernel efficiency within a hundred times the measured curves either way (as a cluster's
+calibration.compute_scale), a bucket of at most a thousand times the largest model's parameters. NaN and
+infinities are always refused."""
 _FIT_KEYS = {"command", "knobs", "prior", "rms_error_before", "rms_error_after", "runs"}
 """What the `fit:` section `parplan calibrate --stack` writes may hold."""
 
@@ -96,13 +122,15 @@ def _typed(value: Any, kind: str, file: str, path: str) -> Any:
     elif base == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise bad()
-        value, rule = as_int(value)
+        lo, hi = _RANGES.get(path, (None, None))
+        value, rule = as_int(value, min=lo, max=hi)
         if rule:
             raise ConfigError(rule, file=file, field=path)
     elif base == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad()
-        value, rule = as_float(value, **_RANGES.get(path, {}))
+        lo, hi = _RANGES.get(path, (None, None))
+        value, rule = as_float(value, min=lo, max=hi)
         if rule:
             raise ConfigError(rule, file=file, field=path)
         value = float(value)
@@ -184,7 +212,8 @@ def _fit(raw: Any, file: str) -> dict[str, Any]:
     if f.has("prior"):
         prior = f.mapping("prior").allow(("host_us_per_kernel", "compute_scale"))
         for knob in prior.data:
-            prior.float(knob, **_RANGES[f"kernels.{knob}"])
+            low, high = _RANGES[f"kernels.{knob}"]
+            prior.float(knob, min=low, max=high)
     runs = f.mapping("runs", None)
     for rid in runs.data if runs is not None else ():
         run = runs.mapping(rid).allow(("before", "after"))
@@ -233,6 +262,7 @@ def stack_from_dict(data: Any, *, file: str) -> StackSpec:
     for key in ("name", "kernels", "communication", "recompute", "runs"):
         if data.get(key) is None:
             raise ConfigError("required field is missing", file=file, field=key)
+    # A file without a memory section is told which memory fact it misses first, after the other sections.
     sections = {name: _section(cls, data.get(name) or {} if name == "memory" else data[name], file, name)
                 for name, cls in _SECTIONS.items()}
     _check_exporter(sections["runs"].exporter, file)
@@ -274,3 +304,22 @@ def load_stack(name_or_path: str | Path | StackSpec | None = None, *, compile: b
         raise ConfigError(f"stack {spec.name} always runs compiled (XLA compiles the whole step); drop --no-compile",
                           field="compile")
     return spec.with_compile(compile)
+
+
+def with_memory(spec: StackSpec, settings: list[str], *, where: str = "--memory") -> StackSpec:
+    """`spec` with memory facts set one by one from KEY=VALUE texts (the command line's --memory), each value
+    read as YAML and checked like a stack file's; the facts' source becomes `where`."""
+    if not settings:
+        return spec
+    over: dict[str, Any] = {}
+    for text in settings:
+        key, sep, value = text.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"expected KEY=VALUE, got {text!r}", field=where)
+        fields = {f.name: f for f in dataclasses.fields(Memory)}
+        if key not in fields:
+            raise ConfigError(f"unknown memory fact {key!r}; known: {', '.join(fields)}", field=where)
+        over[key] = _typed(parse_yaml(value, where), str(fields[key].type), where, f"memory.{key}")
+    sources = {**spec.sources, **{f"memory.{k}": f"set by {where}" for k in over}}
+    return dataclasses.replace(spec, memory=dataclasses.replace(spec.memory, **over), sources=sources)

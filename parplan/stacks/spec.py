@@ -74,6 +74,12 @@ class Kernels:
     fuse their element-wise ops into the neighbouring kernels."""
     cuda_graphs: bool
     """Kernels are replayed from captured CUDA graphs: the host launches a graph, not each kernel."""
+    deterministic: bool
+    """The stack runs in deterministic mode: PyTorch's torch.use_deterministic_algorithms(True) fills every newly
+    allocated tensor before the op writes it (torch.utils.deterministic.fill_uninitialized_memory, on by
+    default in that mode: one more HBM write of each tensor a layer allocates, in its own kernel), and the
+    flash-attention backward accumulates dQ in a fixed order instead of atomically
+    (compute.DETERMINISTIC_FLASH_BACKWARD)."""
     host_us_per_kernel: float
     """CPU time to dispatch one kernel from eager Python, microseconds (PyTorch op dispatch plus the
     launch); the GPU starves when its work per kernel is shorter. A calibrated knob."""
@@ -125,11 +131,104 @@ class Runs:
     """GEMM precisions (strategy.PRECISIONS)."""
 
 
-@dataclass(frozen=True, slots=True)
+ALLOCATORS = ("caching", "expandable_segments", "xla")
+"""How device memory is allocated: PyTorch's CUDA caching allocator as configured by PYTORCH_CUDA_ALLOC_CONF,
+caching (the default: fixed-size segments from cudaMalloc, split and cached per size class) or
+expandable_segments (one segment per stream grown page by page, so freed blocks can be remapped instead of
+stranded); or xla (XLA places every buffer of the compiled step at compile time, reusing memory by liveness, in
+a pool it preallocates)."""
+
+ZERO3_UNITS = ("block", "module")
+"""What a fully sharded (ZeRO-3) data-parallel group gathers at a time: block (one transformer block, FSDP and
+Megatron-FSDP wrapping policies) or module (each leaf module, DeepSpeed ZeRO-3's parameter coordinator)."""
+
+PIPELINE_ENDS = ("balanced", "embedding_and_loss", "compute_cost")
+"""How the layers are cut into pipeline stages: balanced (equal stages, the remainder taken off the ends);
+embedding_and_loss (the embedding and the loss count as one layer each, so the first and last stages hold one
+layer fewer: Megatron --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split, Llama 3);
+or compute_cost (each stage takes blocks until their cumulative compute cost passes its equal share, the block
+that passes it included, the LM head costed like the layers: nanotron's build_model)."""
+
+FP8_ATTENTION_OUTPUTS = ("copy", "e5m6")
+"""What fp8 training keeps of the attention output for backward: copy (the attention kernel keeps its bf16
+output and the out-projection its own copy at fp8_activation_bytes, the same tensor when that is bf16) or e5m6
+(one 12-bit copy serves both: DeepSeek-V3 §3.3.3)."""
+
+EMA_PLACES = ("none", "gpu", "cpu")
+"""Where an exponential moving average of the weights lives: none, gpu (an fp32 copy beside the optimizer
+states) or cpu (host memory, updated asynchronously after each step: DeepSeek-V3 §3.2.3)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Memory:
-    """The stack's memory facts (optimizer state dtypes, master weights, gradient buffer dtype, allocator
-    behaviour, offload), read by the memory model; issue #13 fills this section. Stack files carry it as
-    `memory:`, validated like the other sections."""
+    """The stack's memory facts, read by the memory model (planner/memory.py). Each is a fact of the framework or
+    recipe with its source; a user stack file or `--memory KEY=VALUE` sets any of them on its own."""
+
+    weight_bytes: int
+    """Bytes per parameter as the framework stores the parameters: 2 (bf16 parameters, a separate fp32 master
+    copy in the optimizer: Megatron, DeepSpeed, nanotron) or 4 (fp32 parameters cast to bf16 for compute:
+    PyTorch FSDP mixed precision, MaxText weight_dtype float32)."""
+    master_weight_bytes: int
+    """Bytes per parameter of the optimizer's master copy: 4 (fp32 master weights) or 0 (none: the parameters
+    are fp32 already)."""
+    grad_bytes: int
+    """Bytes per element of the gradient accumulation buffer: 4 (fp32 main grads) or 2 (bf16)."""
+    grad_copies: int
+    """Copies of every gradient in the parameter dtype (2 B) held besides the accumulation buffer until the
+    micro-batch's backward ends: 0 (the weight-gradient GEMM accumulates straight into the buffer: Megatron's
+    gradient-accumulation fusion), 1 (autograd's param.grad before it is added to the buffer: DeepSpeed's bf16
+    optimizer), 2 (param.grad plus torch DDP's bucket copy: nanotron)."""
+    moment_bytes: int
+    """Bytes per element of each of Adam's two moments: 4 (fp32), 2 (bf16: Megatron --exp-avg-dtype bf16,
+    DeepSeek-V3 §3.3.3) or 1 (8-bit Adam)."""
+    fp8_params: bool
+    """Under fp8, linear weights are stored in fp8 (1 B, plus a 1 B transpose for the backward GEMMs) instead of
+    bf16 (Transformer Engine fp8_model_init, Megatron --fp8-param-gather)."""
+    fp8_weight_cache_bytes: int
+    """Under fp8 without fp8 parameters: bytes per linear weight of the fp8 copies kept for the whole step (2:
+    Transformer Engine caches the fp8 weight and its transpose across micro-batches; 0: the cast is redone at
+    every use, torchao float8)."""
+    fp8_activation_bytes: int
+    """Under fp8, bytes per element of the input a linear layer keeps for its weight gradient: 1 (the fp8-cast
+    input: Transformer Engine, DeepSeek-V3 §3.3.3) or 2 (the bf16 input, cast again in backward: torchao float8's
+    matmul_with_hp_or_float8_args)."""
+    fp8_attention_output: str
+    """What fp8 training keeps of the attention output (one of FP8_ATTENTION_OUTPUTS)."""
+    fp8_swiglu_input: bool
+    """Under fp8, the MoE experts' SwiGLU inputs are cached in fp8 and its output recomputed in backward
+    (DeepSeek-V3 §3.3.3); otherwise the inputs stay bf16 and the output is kept for the down-projection."""
+    logit_bytes: float
+    """Bytes per logit (token × vocabulary entry) alive at the loss's peak: the bf16 logits and whatever copies
+    the cross entropy keeps (an fp32 upcast, its softmax, the gradient)."""
+    loss_compiled: bool
+    """When compilation is on, the loss is compiled too (torchtitan since pytorch/torchtitan#1033): the compiled
+    cross entropy keeps the bf16 logits and recomputes the softmax in backward (memory.COMPILED_LOGIT_BYTES)
+    instead of logit_bytes."""
+    loss_chunks: int
+    """The head and loss run over this many chunks of the tokens at a time (a chunked or fused linear cross
+    entropy), so only one chunk's logits exist at once; 1: all at once."""
+    vocab_parallel_loss: bool
+    """The logits stay split over the tensor-parallel group for the loss (Megatron's vocab-parallel cross
+    entropy, torchtitan loss_parallel); False: every TP rank holds all of them."""
+    zero3_unit: str
+    """What ZeRO-3 gathers at a time (one of ZERO3_UNITS)."""
+    pipeline_grad_shards: bool
+    """Under a pipeline, ZeRO-2/3 reduce-scatter every micro-batch's gradients and accumulate them in shards
+    (Meta's FSDP for Llama 3); False: they accumulate unsharded until the last micro-batch, then reduce once
+    (Megatron; torchtitan turns gradient sync off until the last micro-batch). Without a pipeline ZeRO-2/3
+    always reduce each micro-batch."""
+    pipeline_ends: str
+    """How layers are cut into pipeline stages (one of PIPELINE_ENDS)."""
+    allocator: str
+    """The CUDA caching allocator's configuration (one of ALLOCATORS)."""
+    optimizer_offload: float
+    """Share of the optimizer states (master weights and moments) kept in host memory and stepped by the CPU
+    (Megatron --optimizer-cpu-offload --optimizer-offload-fraction, DeepSpeed ZeRO-Offload); 0: none."""
+    activation_offload: float
+    """Share of the transformer layers whose saved activations are copied to host memory after their forward
+    and back before their backward (Megatron --cpu-offloading-num-layers, activation offloading); 0: none."""
+    ema: str
+    """Where an EMA of the weights is kept (one of EMA_PLACES)."""
 
 
 FACT_SECTIONS = ("kernels", "communication", "runs")
@@ -148,7 +247,7 @@ class StackSpec:
     """Recompute name (strategy.RECOMPUTE) -> what it recomputes in this stack (one of RECOMPUTE_KINDS); a
     name the stack lacks cannot be run."""
     runs: Runs
-    memory: Memory = field(default_factory=Memory)
+    memory: Memory
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     """Fact path (``kernels.attention``, ``recompute.selective``, ...) -> where its value comes from."""
     fit: dict[str, object] = field(default_factory=dict, compare=False)

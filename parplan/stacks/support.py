@@ -104,3 +104,18 @@ def restrict_space(space, stack: StackSpec):
             if key == "ep":
                 fields["etp"] = (1,)
     return dataclasses.replace(space, **fields)
+
+
+def stack_for_framework(framework: str) -> str:
+    """The preset that runs the layouts `framework` (a name, optionally @version) exports for: the stack whose
+    exporter is that framework (megatron -> megatron-core, deepspeed -> megatron-deepspeed, torchtitan ->
+    torchtitan), so that a plan for a framework is costed and restricted as that framework runs it."""
+    from parplan.stacks.presets import DEFAULT_STACK, load_stack, stack_names
+
+    base = framework.partition("@")[0].lower()
+    for name in stack_names():
+        exporter = load_stack(name).runs.exporter
+        if exporter is not None and exporter.partition("@")[0] == base:
+            return name
+    return DEFAULT_STACK
+
