@@ -22,11 +22,13 @@ class ConfigError(ParplanError):
     def __init__(self, message: str, *, file: str | None = None, field: str | None = None) -> None:
         self.file = file
         self.field = field
+        self.rule = message
+        """The message without the file and field it is about."""
         where = ""
-        if file:
-            where = f"{file}: "
+        if file:  # a name with control characters (a NUL from a YAML escape) is quoted, not printed raw
+            where = f"{file}: " if file.isprintable() else f"{file!r}: "
         if field:
-            where += f"field '{field}': "
+            where += f"field '{field}': " if field.isprintable() else f"field {field!r}: "
         super().__init__(where + message)
 
 
@@ -55,9 +57,14 @@ class UnsupportedModelError(ParplanError):
 
 
 class InvalidStrategyError(ParplanError):
-    """A parallel layout that cannot run; the message names the rule it breaks."""
+    """A parallel layout that cannot run; the message names the rule it breaks (and `field`, the Strategy
+    field, where one field alone breaks it)."""
 
     exit_code = 1
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(message)
 
 
 class NoFeasiblePlanError(ParplanError):

@@ -8,13 +8,16 @@ dependency (the `plot` extra), imported only when a figure is drawn so that the 
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, ConsoleOptions
 from rich.text import Text
 
-from parplan.errors import ParplanError
+from parplan._input import atomic_output, check_output
+from parplan.errors import ConfigError, ParplanError
 from parplan.planner.estimate import MEMORY_COMPONENTS, TIME_COMPONENTS, Estimate
 
 if TYPE_CHECKING:
@@ -38,12 +41,15 @@ _DPI = 120  # about 1700 px wide at the figure sizes used: sharp on screen, smal
 
 
 def stage_label(stage: dict[str, Any]) -> str:
-    """'rank 0 (emb)', 'ranks 1-2', 'rank 3 (head)': the pipeline ranks a stage pattern covers and what
-    they hold besides their transformer layers."""
-    first, count = int(stage["first_rank"]), int(stage["ranks"])
-    label = f"rank {first}" if count == 1 else f"ranks {first}-{first + count - 1}"
-    extras = [name for name, key in (("emb", "embedding"), ("head", "head")) if stage[key]]
-    return f"{label} ({', '.join(extras)})" if extras else label
+    """'rank 0 (20 layers, emb)', '2 ranks (20 layers)': how many pipeline ranks share a pattern and what each
+    holds. Not a range of rank numbers: the ranks of a pattern need not be neighbours (DualPipe pairs rank r
+    with rank p − 1 − r)."""
+    count = int(stage["ranks"])
+    layers = int(stage["dense_layers"]) + int(stage["moe_layers"])
+    held = [f"{layers} layer{'' if layers == 1 else 's'}"]
+    held += [name for name, key in (("emb", "embedding"), ("head", "head")) if stage[key]]
+    who = f"rank {int(stage['first_rank'])}" if count == 1 else f"{count} ranks"
+    return f"{who} ({', '.join(held)})"
 
 
 def _cells(stage: dict[str, Any], gib_per_cell: float) -> list[tuple[str, int]]:
@@ -110,6 +116,29 @@ def memory_bars(est: Estimate, width: int = 60) -> MemoryBars:
     return MemoryBars(est, width)
 
 
+PLOT_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+"""Chart file suffixes and the matplotlib format each is written in; a name without a suffix is a PNG."""
+
+
+def check_plot_path(path: str) -> str:
+    """Refuse, before any work, a chart path parplan could not write: matplotlib missing, a suffix that is
+    not a chart format (.docx), or an output `_input.check_output` refuses (a directory, a missing or
+    read-only folder). Returns the path."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ParplanError("plots need matplotlib; install the plot extra: pip install 'parplan[plot]'")
+    suffix = Path(path).suffix.lower()
+    if suffix and suffix not in PLOT_FORMATS:
+        raise ConfigError(f"cannot write a chart as '{suffix}'; use {', '.join(PLOT_FORMATS)}", file=path)
+    check_output(path)
+    return path
+
+
+def _save(fig: Figure, path: str) -> None:
+    """Write the figure to exactly `path` (atomically), in the format its suffix names (PNG without one)."""
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, format=PLOT_FORMATS.get(Path(path).suffix.lower(), "png"), dpi=_DPI)
+
+
 def _figure(figsize: tuple[float, float]) -> Figure:
     """A bare matplotlib Figure, or a ParplanError saying how to install matplotlib.
 
@@ -169,15 +198,17 @@ def _memory_panel(ax: Axes, est: Estimate) -> None:
 
 
 def plot_estimate(est: Estimate, path: str) -> None:
-    """PNG of one layout: time per step by component (left) and memory per pipeline rank (right)."""
+    """Chart (PNG, SVG or PDF by suffix) of one layout: time per step by component (left) and memory per
+    pipeline rank (right)."""
     fig = _figure((14, 6))
     ax_time, ax_mem = fig.subplots(1, 2, width_ratios=(1.3, 1))
     fig.suptitle(f"{est.model} on {est.gpus}× {est.cluster}: {est.strategy.describe(est.gpus)}\n"
                  f"{est.step_time_s:.3g} s/step, {est.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, MFU {est.mfu:.1%}, "
-                 f"{est.required_gib:.1f} of {est.capacity_gib:g} GiB needed", fontsize=12)
+                 f"{est.required_gib:.1f} of {est.capacity_gib:g} GiB needed", fontsize=12,
+                 parse_math=False)  # names come from files: a '$' in one is text, not TeX
     _time_panel(ax_time, est)
     _memory_panel(ax_mem, est)
-    fig.savefig(path, dpi=_DPI)
+    _save(fig, path)
 
 
 def _gpu_axis(ax: Axes, gpus: list[float]) -> None:
@@ -190,7 +221,8 @@ def _gpu_axis(ax: Axes, gpus: list[float]) -> None:
 
 
 def plot_scaling(rows: list[dict[str, float]], path: str, title: str) -> None:
-    """PNG of how a run scales over cluster sizes: speedup against the ideal (left), efficiency (right).
+    """Chart (PNG, SVG or PDF by suffix) of how a run scales over cluster sizes: speedup against the ideal
+    (left), efficiency (right).
 
     Each row has gpus, tokens_per_s, tokens_per_s_per_gpu, speedup, ideal (the linear speedup) and
     efficiency (speedup / ideal as a fraction; plotted in %).
@@ -203,7 +235,7 @@ def plot_scaling(rows: list[dict[str, float]], path: str, title: str) -> None:
     speedup = [r["speedup"] for r in rows]
     efficiency = [100 * r["efficiency"] for r in rows]
     ax_speed, ax_eff = fig.subplots(1, 2)
-    fig.suptitle(title, fontsize=12)
+    fig.suptitle(title, fontsize=12, parse_math=False)  # names come from files: a '$' is text, not TeX
 
     ax_speed.plot(gpus, [r["ideal"] for r in rows], "--", color="grey", label="ideal (linear)")
     ax_speed.plot(gpus, speedup, "o-", color="#4c72b0", label="predicted (points labelled in tokens/s)")
@@ -229,4 +261,4 @@ def plot_scaling(rows: list[dict[str, float]], path: str, title: str) -> None:
     ax_eff.set_ylabel("scaling efficiency (%)")
     ax_eff.set_title("Scaling efficiency (speedup / ideal)")
     ax_eff.legend(loc="lower left", fontsize=9)
-    fig.savefig(path, dpi=_DPI)
+    _save(fig, path)

@@ -71,7 +71,7 @@ def test_export_errors(run_cli, tmp_path, saved_plan):
     code, _, err = run_cli("export", str(saved_plan), "-f", "megatron", "--index", "99")
     assert code == 1 and "out of range" in err
     code, _, err = run_cli("export", str(saved_plan), "-f", "jax")
-    assert code == 1 and "Known frameworks" in err
+    assert code == 2 and "Known frameworks" in err  # a usage error: --format names no framework
     doc = json.loads(saved_plan.read_text())["plans"][0]
     doc["strategy"]["tp"] = "8"
     typed = tmp_path / "typed.json"

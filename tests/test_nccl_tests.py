@@ -185,7 +185,7 @@ def test_no_rows_raises_config_error_naming_the_file(tmp_path):
     path.write_text("ssh: connect to host node02 port 22: Connection refused\n")
     with pytest.raises(ConfigError, match="noise.txt"):
         parse_nccl_tests_file(path)
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(ConfigError, match="no such file"):
         parse_nccl_tests_file(tmp_path / "missing.txt")
 
 

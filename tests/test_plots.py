@@ -12,6 +12,7 @@ import parplan
 from parplan.errors import ParplanError
 from parplan.planner.estimate import MEMORY_COMPONENTS, Estimate
 from parplan.plots import memory_bars, plot_estimate, plot_scaling, stage_label
+from parplan.stacks import load_stack
 
 
 def _estimate(tp: int, pp: int) -> Estimate:
@@ -32,9 +33,23 @@ def _render(renderable: object, width: int, color: bool = True) -> list[str]:
 
 
 def test_stage_labels_name_the_ranks_and_what_they_hold(est):
-    assert [stage_label(st) for st in est.stages] == ["rank 0 (emb)", "ranks 1-2", "rank 3 (head)"]
-    single = {"first_rank": 0, "ranks": 1, "embedding": True, "head": True}
-    assert stage_label(single) == "rank 0 (emb, head)"
+    # Llama 3.1 70B: 80 layers over pp=4, 20 per rank (hf_configs num_hidden_layers 80).
+    assert [stage_label(st) for st in est.stages] == ["rank 0 (20 layers, emb)", "2 ranks (20 layers)",
+                                                      "rank 3 (20 layers, head)"]
+    single = {"first_rank": 0, "ranks": 1, "embedding": True, "head": True, "dense_layers": 1, "moe_layers": 0}
+    assert stage_label(single) == "rank 0 (1 layer, emb, head)"
+
+
+def test_dualpipe_labels_count_ranks_instead_of_inventing_ranges():
+    """DualPipe rank r holds stages r and p − 1 − r, so ranks 0 and 15 share a pattern: a label 'ranks 0-1'
+    would name a rank that holds something else."""
+    est = parplan.evaluate(parplan.load_model("deepseek-v3"), parplan.load_cluster("h800", gpus=2048),
+                           parplan.Strategy(pp=16, ep=64, gbs=15360, seq=4096, schedule="dualpipe", precision="fp8"),
+                           stack=load_stack("deepseek"))  # the stack that runs DualPipe
+    labels = [stage_label(st) for st in est.stages]
+    assert sum(st["ranks"] for st in est.stages) == 16
+    assert all("-" not in label for label in labels)
+    assert labels[0].startswith("2 ranks (") and labels[0].endswith(", emb, head)")
 
 
 def test_memory_bars_draw_one_line_per_stage_and_a_legend(est):

@@ -122,3 +122,27 @@ def test_bench_without_torch_says_how_to_install(run_cli, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_torch)
     code, _, err = run_cli("bench", "memory")
     assert code == 1 and "parplan[bench]" in err and "Traceback" not in err
+
+
+class TorchVersion(str):
+    """What torch.__version__ is: a str subclass (torch.torch_version.TorchVersion) that yaml.safe_dump
+    refuses ("cannot represent an object"), so a bench --out on a GPU crashed writing its profile."""
+
+
+def test_a_torch_version_object_is_written_as_a_plain_string(tmp_path):
+    # the sample's rate is a hand calculation: 2·4096³ FLOP / 182.1 µs = 754.7 TFLOP/s
+    samples = ProfileSamples(date="2026-07-01", device="NVIDIA H100 80GB HBM3", torch_version=TorchVersion("2.13.0"),
+                             nccl_version=TorchVersion("2.21.5"),
+                             gemm=(GemmSample(m=4096, n=4096, k=4096, dtype="bf16", time_us=182.1, tflops=754.7,
+                                              device="NVIDIA H100 80GB HBM3"),))
+    path = tmp_path / "profile.yaml"
+    write_profile(path, "h100", samples)
+    back = read_profile_samples(path)
+    assert back.torch_version == "2.13.0" and type(back.torch_version) is str and back.nccl_version == "2.21.5"
+
+
+def test_bench_environment_reports_plain_strings():
+    pytest.importorskip("torch")
+    from parplan.hardware.bench import environment
+
+    assert all(value is None or type(value) is str for value in environment("cpu").values())

@@ -259,13 +259,18 @@ def test_cli_scale_and_rank_take_a_time_limit(run_json):
     assert ranks and any(not r["complete"] for r in ranks)
 
 
-@pytest.mark.parametrize(("args", "field"), [
-    (["-m", "llama3.1-8b", "-c", "h100", "-n", "1000000000", "--gbs", "8"], "gpus"),
-    (["-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--gbs", "1000000000000000", "--seq", "100000"], "gbs"),
+@pytest.mark.parametrize(("args", "code", "field"), [
+    # beyond what the options take (limits.MAX_GPUS = 2^24, MAX_BATCH = 2^24): a usage error naming the option
+    (["-m", "llama3.1-8b", "-c", "h100", "-n", "1000000000", "--gbs", "8"], 2, "--gpus"),
+    (["-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--gbs", "1000000000000000", "--seq", "100000"], 2, "--gbs"),
+    # within them, but beyond what a search is sized for: 2,000,000 > 2^20 GPUs, and 2^24 · 2^30 = 2^54 tokens
+    # per step >= 2^53, past what float64 counts exactly
+    (["-m", "llama3.1-8b", "-c", "h100", "-n", "2000000", "--gbs", "8"], 1, "gpus"),
+    (["-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--gbs", "16777216", "--seq", "1073741824"], 1, "gbs"),
 ])
-def test_absurd_sizes_are_refused_up_front(run_cli, args, field):
-    code, _, err = run_cli("plan", *args)
-    assert code == 1 and field in err and "Traceback" not in err
+def test_absurd_sizes_are_refused_up_front(run_cli, args, code, field):
+    got, _, err = run_cli("plan", *args)
+    assert got == code and field in err and "Traceback" not in err
 
 
 def test_a_model_too_deep_to_search_is_refused(run_cli, tmp_path):

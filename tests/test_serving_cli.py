@@ -49,8 +49,9 @@ def test_serve_explain_disaggregated_and_text(run_cli):
     (("--prefill", "tp=1,dp=x", "--decode", "tp=8"), 2, "dp must be an integer"),
     (("--prefill", "tp=1,dp=8,moe_ep=8"), 2, "both --prefill and --decode"),
     (("--tp", "3"), 1, "must divide the 64 attention heads"),
-    (("--isl", "0"), 1, "isl"),
-    (("--engine", "tgi"), 1, "unknown engine"),
+    # option values out of range or unknown are usage errors naming the option (issue #16)
+    (("--isl", "0"), 2, "--isl"),
+    (("--engine", "tgi"), 2, "--engine"),
 ])
 def test_serve_explain_bad_input(run_cli, args, code, message):
     got, _, err = run_cli("serve", "explain", "-m", "meta-llama/Llama-3.1-70B", "-c", "h100", "--concurrency",

@@ -124,7 +124,8 @@ def test_bad_input_is_a_clear_error():
 
 
 def test_cli_exit_codes(capsys):
-    assert main(["serve", "plan", "-m", "llama3.1-8b", "-c", "h100", "--gpus", "8", "--tpot-ms", "0"]) == 1
+    # a target that is not a positive number is a usage error naming the option (issue #16)
+    assert main(["serve", "plan", "-m", "llama3.1-8b", "-c", "h100", "--gpus", "8", "--tpot-ms", "0"]) == 2
     assert main(["serve", "plan", "-m", "llama3.1-8b", "-c", "h100", "--gpus", "8", "--tpot-ms", "0.1",
                  "--mode", "aggregated"]) == 3
     assert "TPOT" in capsys.readouterr().err

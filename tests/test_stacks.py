@@ -130,7 +130,7 @@ def test_blocks_recompute_form():
 
 def test_bad_recompute_on_the_command_line(run_cli):
     code, _, err = run_cli("explain", "-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--recompute", "blocks:1.5")
-    assert code == 1 and "fraction of blocks must be in (0, 1]" in err
+    assert code == 2 and "fraction of blocks must be in (0, 1]" in err and "--recompute" in err
     code, _, err = run_cli("explain", "-m", "llama3.1-8b", "-c", "h100", "-n", "8", "--stack", "torchtitn")
     assert code == 1 and "unknown stack 'torchtitn'" in err
 

@@ -34,7 +34,7 @@ def test_valid_layout_passes(llama70):
     ({"pp": 4, "vpp": 30, "schedule": "interleaved", "gbs": 64}, 64, "virtual stages exceed the 80 layers"),
     ({"pp": 8, "vpp": 2, "schedule": "interleaved", "gbs": 32}, 64,
      "interleaved schedule needs the micro-batch count to be a multiple of pp=8"),
-    ({"zero": 4, "gbs": 64}, 64, "zero must be 0, 1, 2 or 3"),
+    ({"zero": 4, "gbs": 64}, 64, "zero must lie in 0..3"),
     ({"tp": 2, "sp": False, "tp_overlap": True, "gbs": 64}, 64, "tp_overlap needs sequence parallelism"),
 ])
 def test_rules_reject_with_reason(llama70, kw, gpus, match):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -195,3 +196,34 @@ def test_render_labels_blocks_with_their_microbatches():
 def test_rejects_layouts_the_real_schedules_refuse(schedule, p, m, kwargs):
     with pytest.raises(ParplanError):
         simulate(schedule, p, m, **kwargs)
+
+
+def test_plain_render_fills_blocks_with_letters():
+    """Without colour the blocks must still read: F, B, W, P (pair) letters, lower case for a second chunk."""
+    text = render(simulate("1f1b", 2, 4, t_f=1.0, t_b=2.0), width=80, plain=True, unit="s").plain
+    rows = [line for line in text.splitlines() if line.lstrip().startswith("rank")]
+    assert all(set(row.split("│")[1]) <= set("FB·0123456789") for row in rows)
+    assert "F" in rows[0] and "B" in rows[0]
+    # 1F1B on 2 ranks and 4 micro-batches of t_f + t_b = 3: 4·3 + (2 − 1)·3 = 15 (formulas.md §5).
+    assert "makespan 15 s" in text
+    interleaved = render(simulate("interleaved", 2, 4, v=2), width=80, plain=True).plain
+    assert "f" in interleaved and "lower case: second chunk" in interleaved
+
+
+def test_explain_timeline_is_the_step_it_explains(run_cli):
+    """The DualPipe chart replays one stage per micro-batch, as the cost model does: its makespan is a
+    step's pipeline, so it cannot exceed the step time (it once drew twice the step)."""
+    args = ("explain", "-m", "deepseek-v3", "-c", "h800", "-n", "2048", "--pp", "16", "--ep", "64", "--gbs",
+            "15360", "--schedule", "dualpipe", "--precision", "fp8", "--stack", "deepseek", "--timeline")
+    code, out, _ = run_cli(*args, "--json")
+    doc = json.loads(out)
+    assert code == 0 and 0 < doc["timeline"]["makespan_s"] <= doc["step_time_s"]
+    code, out, _ = run_cli(*args)
+    assert code == 0 and f"makespan {doc['timeline']['makespan_s']:.4g} s" in out
+
+
+def test_timeline_refuses_schedules_too_long_to_draw(run_cli):
+    # dp = 16 / 2 = 8, so 524,288 / 8 = 65,536 micro-batches on each of 2 ranks: 131,072 operations to lay out.
+    code, _, err = run_cli("explain", "-m", "llama3.1-8b", "-c", "h100", "-n", "16", "--pp", "2", "--gbs", "524288",
+                           "--timeline")
+    assert code == 2 and "--timeline" in err

@@ -1,7 +1,9 @@
 """The `parplan` command line (typer + rich; the commands are registered in _app).
 
 Exit codes: 0 ok, 1 error in the input, 2 usage error, 3 no feasible plan, 130 interrupted (Ctrl-C). Errors
-are one message on stderr, never a traceback (set PARPLAN_DEBUG=1 to see one).
+are one message on stderr, never a traceback (set PARPLAN_DEBUG=1 to see one). With --json, stdout carries
+exactly one JSON document when the command succeeds and nothing when it fails; everything else goes to stderr
+(`_output.json_mode`).
 """
 
 from __future__ import annotations
@@ -24,14 +26,29 @@ def _say(text: str, label: str | None = None) -> None:
     err_console.print((f"[bold red]{label}:[/] " if label else "") + escape(text), highlight=False, soft_wrap=True)
 
 
+def _json_requested(args: list[str]) -> bool:
+    return "--json" in (args[:args.index("--")] if "--" in args else args)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: run the app and map errors to exit codes."""
+    from parplan.cli import _output
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    with _output.json_mode(_json_requested(args)) as document:
+        code = _run(args)
+        if code == 0:
+            document.release()
+    return code
+
+
+def _run(args: list[str]) -> int:
     try:
         # The commands (and what they import) load inside the try, so that Ctrl-C while they load exits cleanly.
-        from parplan.cli._app import app
+        from parplan.cli._app import command
 
         # Without standalone mode, typer returns the code of a typer.Exit, and turns Ctrl-C into 130.
-        code = app(args=argv, standalone_mode=False)
+        code = command().main(args=args, prog_name="parplan", standalone_mode=False)
     except KeyboardInterrupt:
         code = INTERRUPTED
     except ParplanError as e:

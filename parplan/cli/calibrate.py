@@ -9,22 +9,22 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from parplan._input import read_yaml, write_yaml
+from parplan._input import check_output, read_yaml, write_yaml
 from parplan._resources import data_dir
-from parplan.cli._options import JsonOpt, RunsCompileOpt
-from parplan.cli._output import console, print_json
+from parplan.cli._options import JsonOpt, RunsCompileOpt, usage_errors
+from parplan.cli._output import Column, console, fitted_table, print_json
 
 
 def calibrate_command(
     runs: Annotated[Path | None, typer.Option(
         help="Runs YAML in the published-runs format (see README); default with --stack: the shipped runs.")] = None,
     cluster: Annotated[str | None, typer.Option(
-        "--cluster", "-c", help="Fit this cluster's knobs (preset or cluster YAML file) to --runs.")] = None,
+        "--cluster", "-c", metavar="NAME|FILE",
+        help="Fit this cluster's knobs (preset or cluster YAML file) to --runs.")] = None,
     stack: Annotated[str | None, typer.Option(
-        "--stack", help="With --cluster: cost every run as this stack. Alone: fit this stack's knobs to its "
-                        "runs.")] = None,
+        "--stack", metavar="NAME|FILE",
+        help="With --cluster: cost every run as this stack. Alone: fit this stack's knobs to its runs.")] = None,
     out: Annotated[Path | None, typer.Option(
         "--out", "-o", help="Write the calibrated cluster profile, or stack file, here.")] = None,
     compile: RunsCompileOpt = None,
@@ -32,6 +32,8 @@ def calibrate_command(
 ) -> None:
     """Fit a cluster's compute efficiency and overlap costs to your measured runs (--cluster --runs), or a stack's
     kernel efficiency to its runs (--stack); print each run's error before and after."""
+    if out is not None:
+        check_output(out)
     if cluster is not None:
         if runs is None:
             raise typer.BadParameter("--cluster needs --runs (your measured runs)", param_hint="--runs")
@@ -43,12 +45,9 @@ def calibrate_command(
 
 
 def _show(title: str, ids: tuple[str, ...], before: tuple[float, ...], after: tuple[float, ...]) -> None:
-    table = Table(title=title, title_justify="left")
-    for col in ("run", "before", "after"):
-        table.add_column(col, justify="left" if col == "run" else "right")
-    for r, b, a in zip(ids, before, after, strict=True):
-        table.add_row(r, f"{b:+.1%}", f"{a:+.1%}")
-    console.print(table)
+    cells = [[r, f"{b:+.1%}", f"{a:+.1%}"] for r, b, a in zip(ids, before, after, strict=True)]
+    console.print(fitted_table(title, [([Column("run", left=True, wrap=True), Column("before"), Column("after")],
+                                        cells)]))
 
 
 def _cluster_fit(runs: Path, cluster: str, stack: str | None, compile: bool | None, out: Path | None,
@@ -59,7 +58,8 @@ def _cluster_fit(runs: Path, cluster: str, stack: str | None, compile: bool | No
     from parplan.stacks import load_stack
 
     spec = load_cluster(cluster)
-    override = load_stack(stack, compile=compile) if stack is not None else None
+    with usage_errors():  # --compile on a stack without a compile path (a stack file's own errors name it)
+        override = load_stack(stack, compile=compile) if stack is not None else None
     result = calibrate(with_compile(load_runs(runs), compile), spec, override)
     cal = dataclasses.asdict(result.calibration)
     if out is not None:

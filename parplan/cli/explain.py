@@ -16,10 +16,14 @@ from parplan.cli._options import (
     JsonOpt,
     MemoryOpt,
     ModelOpt,
+    PlotOpt,
     SeqOpt,
     StackOpt,
+    usage_errors,
 )
-from parplan.cli._output import console, kv_table, print_json
+from parplan.cli._output import Column, console, fitted_table, kv_table, print_json
+from parplan.errors import InvalidStrategyError
+from parplan.limits import MAX_BATCH, MAX_GPUS
 from parplan.names import BLOCKS_PREFIX, DEFAULT_STACK, DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES
 
 if TYPE_CHECKING:
@@ -70,20 +74,22 @@ def explain(
     model: ModelOpt,
     cluster: ClusterOpt,
     gpus: GpusOpt,
-    tp: Annotated[int, typer.Option(min=1, help="Tensor-parallel degree.")] = 1,
-    pp: Annotated[int, typer.Option(min=1, help="Pipeline stages.")] = 1,
-    cp: Annotated[int, typer.Option(min=1, help="Context-parallel degree.")] = 1,
-    ep: Annotated[int, typer.Option(min=1, help="Expert-parallel degree (carved from tp·cp·dp).")] = 1,
-    etp: Annotated[int, typer.Option(min=1, help="Tensor parallelism inside each expert.")] = 1,
-    vpp: Annotated[int, typer.Option(min=1, help="Model chunks per pipeline rank (interleaving).")] = 1,
+    tp: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Pipeline stages.")] = 1,
+    cp: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Context-parallel degree.")] = 1,
+    ep: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Expert-parallel degree (carved from tp·cp·dp).")] = 1,
+    etp: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Tensor parallelism inside each expert.")] = 1,
+    vpp: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Model chunks per pipeline rank (interleaving).")] = 1,
     zero: Annotated[int, typer.Option(min=0, max=3, help="ZeRO stage (1 = Megatron distributed optimizer).")] = 1,
     dp_replicate: Annotated[int, typer.Option(
-        min=1, help="Replicas of the ZeRO shard group (HSDP): shard over dp/N ranks, all-reduce over N.")] = 1,
+        min=1, max=MAX_GPUS,
+        help="Replicas of the ZeRO shard group (HSDP): shard over dp/N ranks, all-reduce over N.")] = 1,
     sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Megatron sequence parallelism.")] = True,
     recompute: Annotated[str, typer.Option(
         help=", ".join(RECOMPUTE) + ", or blocks:F (full recompute of a fraction F of the blocks).")] = "none",
-    mbs: Annotated[int, typer.Option(min=1, help="Micro-batch size (sequences).")] = 1,
-    gbs: Annotated[int | None, typer.Option(min=1, help="Global batch (sequences); default dp·mbs.")] = None,
+    mbs: Annotated[int, typer.Option(min=1, max=MAX_BATCH, help="Micro-batch size (sequences).")] = 1,
+    gbs: Annotated[int | None, typer.Option(min=1, max=MAX_BATCH,
+                                            help="Global batch (sequences); default dp·mbs.")] = None,
     seq: SeqOpt = 4096,
     schedule: Annotated[str | None, typer.Option(
         help=", ".join(SCHEDULES) + " (default: interleaved when vpp>1).")] = None,
@@ -93,7 +99,7 @@ def explain(
                                              help="Overlap TP communication (--tp-comm-overlap).")] = False,
     dispatch: Annotated[str, typer.Option(help="MoE token dispatch: " + ", ".join(DISPATCHERS) + ".")] = "alltoall",
     redundant_experts: Annotated[int, typer.Option(
-        min=0, help="EPLB redundant expert slots per MoE layer (a multiple of ep).")] = 0,
+        min=0, max=MAX_GPUS, help="EPLB redundant expert slots per MoE layer (a multiple of ep).")] = 0,
     ep_overlap: Annotated[bool, typer.Option(
         "--ep-overlap/--no-ep-overlap",
         help="Overlap the EP all-to-all with another micro-batch (--overlap-moe-expert-parallel-comm).")] = False,
@@ -109,8 +115,7 @@ def explain(
     compile: CompileOpt = None,
     memory: MemoryOpt = None,
     timeline: Annotated[bool, typer.Option("--timeline", help="Draw the pipeline schedule.")] = False,
-    plot: Annotated[str | None, typer.Option(help="Write time and memory charts to this PNG (parplan[plot]).")]
-    = None,
+    plot: PlotOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Predict one layout: step time, tokens/s/GPU, MFU, memory per GPU, and where the time goes."""
@@ -119,23 +124,31 @@ def explain(
     from parplan.planner.estimate import evaluate
     from parplan.planner.explain import bottleneck
     from parplan.planner.moe import moe_section
-    from parplan.planner.strategy import Strategy, p2p_overlap_acts
-    from parplan.planner.timeline import render
+    from parplan.planner.strategy import Strategy, p2p_overlap_acts, parse_blocks
+    from parplan.planner.timeline import MAX_BLOCKS, render
     from parplan.planner.workload import parse_expert_load
-    from parplan.plots import plot_estimate
+    from parplan.plots import check_plot_path, plot_estimate
     from parplan.stacks import load_stack
     from parplan.stacks.presets import with_memory
 
-    if not recompute.startswith(BLOCKS_PREFIX):
+    if recompute.startswith(BLOCKS_PREFIX):
+        try:
+            parse_blocks(recompute)
+        except InvalidStrategyError as e:
+            raise typer.BadParameter(str(e), param_hint="--recompute") from None
+    else:
         _choice(recompute, RECOMPUTE, "recompute")
     _choice(precision, PRECISIONS, "precision")
     _choice(attention, ("flash", "unfused"), "attention")
     _choice(dispatch, DISPATCHERS, "dispatch")
     if schedule is not None:
         _choice(schedule, SCHEDULES, "schedule")
+    if plot:
+        check_plot_path(plot)
     model_spec = load_model(model)
     cluster_spec = load_cluster(cluster, gpus=gpus)
-    workload = parse_expert_load(expert_load, model_spec)
+    with usage_errors():
+        workload = parse_expert_load(expert_load, model_spec)
     dp = max(1, gpus // (tp * pp * cp))
     strategy = Strategy(
         tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, dp_replicate=dp_replicate, sp=sp, recompute=recompute,
@@ -146,6 +159,11 @@ def explain(
         redundant_experts=redundant_experts, ep_overlap=ep_overlap, p2p_overlap=p2p_overlap,
         pp_scatter_gather=pp_scatter_gather,
     )
+    blocks = strategy.pp * strategy.microbatches(gpus) * max(strategy.vpp, 2 if strategy.schedule == "dualpipev" else 1)
+    if timeline and blocks > MAX_BLOCKS:
+        raise typer.BadParameter(f"the schedule has {blocks:,} operations (pp · micro-batches · chunks); --timeline "
+                                 f"draws at most {MAX_BLOCKS:,}: a smaller --gbs shows the same pattern",
+                                 param_hint="--timeline")
     # A switch the layout cannot use is a usage error rather than a silent no-op.
     if pp_scatter_gather and not strategy.pp_scatter_gather:
         raise typer.BadParameter("acts only on a pipeline (pp > 1) with tp > 1 and --no-sp (SP already shards "
@@ -153,7 +171,8 @@ def explain(
     if not p2p_overlap and not p2p_overlap_acts(strategy.pp, SCHEDULES.index(strategy.schedule)):
         raise typer.BadParameter("acts only on the interleaved schedule with pp > 1 (1F1B and ZB wait for their "
                                  "transfers, DualPipe always overlaps them)", param_hint="--no-p2p-overlap")
-    stack_spec = with_memory(load_stack(stack, compile=compile), memory or [])
+    with usage_errors():  # --compile or --memory the stack cannot take (a stack file's own errors name it)
+        stack_spec = with_memory(load_stack(stack, compile=compile), memory or [])
     est = evaluate(model_spec, cluster_spec, strategy, workload=workload, stack=stack_spec)
     moe = moe_section(model_spec, cluster_spec, est, workload, stack_spec)
     sentence = bottleneck(est, cluster_spec)
@@ -179,7 +198,7 @@ def explain(
         if tl is None:
             console.print("No pipeline (pp = 1): nothing to draw.", highlight=False)
         else:
-            console.print(render(tl, width=min(console.width, 140)))
+            console.print(render(tl, width=min(console.width, 140), plain=console.color_system is None, unit="s"))
     if plot:
         console.print(f"wrote {plot}", highlight=False, markup=False)
 
@@ -192,12 +211,10 @@ def schedule_timeline(est: Estimate) -> Timeline | None:
     if s.pp == 1:
         return None
     slowest = max(est.stages, key=lambda st: st["microbatch_s"])
-    # DualPipe keeps two stages per rank and runs each micro-batch through one of them: the simulator takes
-    # a rank's whole share per micro-batch, which is the full-stage time (twice the half-work per micro-batch).
-    factor = 2.0 if s.schedule == "dualpipe" else 1.0
+    # A stage's per-micro-batch times are what one micro-batch costs the rank, the simulator's t_f, t_b, t_w:
+    # for DualPipe that is one of the rank's two stages (the cost model's work share of 1/2 of both).
     return simulate(s.schedule, s.pp, s.microbatches(est.gpus), v=s.vpp if s.schedule == "interleaved" else 1,
-                    t_f=factor * slowest["forward_s"], t_b=factor * slowest["backward_s"],
-                    t_w=factor * slowest["wgrad_s"])
+                    t_f=slowest["forward_s"], t_b=slowest["backward_s"], t_w=slowest["wgrad_s"])
 
 
 def show_estimate(est: Estimate, sentence: str, moe: MoESection | None = None) -> None:
@@ -218,30 +235,28 @@ def show_estimate(est: Estimate, sentence: str, moe: MoESection | None = None) -
               if est.host_gib > 0 else []),
         ],
     ))
-    time = Table(title="Time per step (critical path)", title_justify="left")
-    for col in ("component", "seconds", "exposed", "overlapped", "share"):
-        time.add_column(col, justify="left" if col == "component" else "right")
-    for name in TIME_COMPONENTS:
-        row = est.time_breakdown[name]
-        if row["seconds"] <= 0 and row["exposed"] <= 0:
-            continue
-        time.add_row(name.replace("_", " "), f"{row['seconds']:.3f}", f"{row['exposed']:.3f}",
-                     f"{row['overlapped']:.3f}", f"{row['exposed'] / est.step_time_s:.1%}")
-    console.print(time)
+    rows = [[name.replace("_", " "), f"{row['seconds']:.3f}", f"{row['exposed']:.3f}", f"{row['overlapped']:.3f}",
+             f"{row['exposed'] / est.step_time_s:.1%}"]
+            for name, row in ((n, est.time_breakdown[n]) for n in TIME_COMPONENTS)
+            if row["seconds"] > 0 or row["exposed"] > 0]
+    columns = [Column("component", left=True, wrap=True), Column("seconds", "s"), Column("exposed", "exp"),
+               Column("overlapped", "ovl"), Column("share")]
+    console.print(fitted_table("Time per step (critical path), seconds", [(columns, rows)]))
     if moe is not None:
         console.print(moe_table(moe))
-    mem = Table(title="Memory per pipeline rank, GiB", title_justify="left")
-    mem.add_column("pipeline ranks")
-    mem.add_column("layers", justify="right")
-    for name in (*MEMORY_COMPONENTS, "allocated", "reserved", "device"):
-        mem.add_column(name, justify="right")
-    for st in est.stages:
-        mem.add_row(stage_label(st), str(st["dense_layers"] + st["moe_layers"]),
-                    *(f"{st['memory_gib'][c]:.1f}" for c in MEMORY_COMPONENTS), f"{st['memory_total_gib']:.1f}",
-                    f"{st['memory_reserved_gib']:.1f}", f"{st['memory_device_gib']:.1f}")
-    console.print(mem)
+    columns = [Column("pipeline ranks", "ranks", left=True, wrap=True), Column("layers", drop=2),
+               *(Column(name, _SHORT.get(name, "")) for name in MEMORY_COMPONENTS),
+               Column("allocated", "alloc"), Column("reserved", "resv", drop=1), Column("device", "dev")]
+    rows = [[stage_label(st), str(st["dense_layers"] + st["moe_layers"]),
+             *(f"{st['memory_gib'][c]:.1f}" for c in MEMORY_COMPONENTS), f"{st['memory_total_gib']:.1f}",
+             f"{st['memory_reserved_gib']:.1f}", f"{st['memory_device_gib']:.1f}"] for st in est.stages]
+    console.print(fitted_table("Memory per pipeline rank, GiB", [(columns, rows)]))
     console.print(memory_bars(est, width=min(60, console.width - 40)))
     console.print(sentence, highlight=False)
+
+
+_SHORT = {"weights": "wts", "gradients": "grads", "optimizer": "optim", "activations": "act", "buffers": "buf"}
+"""Short memory-component headers for narrow consoles."""
 
 
 def memory_line(est: Estimate) -> str:

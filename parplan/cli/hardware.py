@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from parplan.cli._options import JsonOpt
-from parplan.cli._output import console, kv_table, print_json
+from parplan.cli._output import Column, console, fitted_table, kv_table, print_json
+from parplan.limits import MAX_GPUS
 
 app = typer.Typer(help="Cluster presets and cluster files.", no_args_is_help=True)
 
@@ -23,23 +23,21 @@ def list_hardware(json_out: JsonOpt = False) -> None:
     if json_out:
         print_json({"clusters": [c.summary() for c in clusters]})
         return
-    table = Table(title="Cluster presets (a cluster YAML file also works; --gpus sets the size)")
-    for col in ("name", "GPU", "bf16 TF", "fp8 TF", "HBM GiB", "GPUs/node", "NVLink GB/s", "NIC GB/s"):
-        table.add_column(col, justify="left" if col in ("name", "GPU") else "right")
-    for c in clusters:
-        g = c.gpu
-        fp8 = f"{g.peak_tflops['fp8']:g}" if g.supports_fp8 else "-"
-        table.add_row(c.name, g.name.replace("NVIDIA ", "").replace("AMD Instinct ", ""),
-                      f"{g.peak_tflops['bf16']:g}", fp8,
-                      f"{g.hbm_gib:g}", str(c.gpus_per_node), f"{c.scaleup.bandwidth_gbps:g}",
-                      f"{c.scaleout.bandwidth_gbps:g}")
-    console.print(table)
+    columns = [Column("name", left=True), Column("GPU", left=True, wrap=True), Column("bf16 TF", "bf16"),
+               Column("fp8 TF", "fp8"), Column("HBM GiB", "HBM"), Column("GPUs/node", "/node"),
+               Column("NVLink GB/s", "NVLink"), Column("NIC GB/s", "NIC")]
+    rows = [[c.name, c.gpu.name.replace("NVIDIA ", "").replace("AMD Instinct ", ""), f"{c.gpu.peak_tflops['bf16']:g}",
+             f"{c.gpu.peak_tflops['fp8']:g}" if c.gpu.supports_fp8 else "-", f"{c.gpu.hbm_gib:g}",
+             str(c.gpus_per_node), f"{c.scaleup.bandwidth_gbps:g}", f"{c.scaleout.bandwidth_gbps:g}"]
+            for c in clusters]
+    console.print(fitted_table("Cluster presets (a cluster YAML file also works; --gpus sets the size; TFLOP/s "
+                               "dense, GB/s per GPU and direction)", [(columns, rows)]))
 
 
 @app.command("show")
 def show_hardware(
     name: Annotated[str, typer.Argument(help="Preset name or cluster YAML file.")],
-    gpus: Annotated[int | None, typer.Option(help="Total GPUs in the job.", min=1)] = None,
+    gpus: Annotated[int | None, typer.Option(help="Total GPUs in the job.", min=1, max=MAX_GPUS)] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Show a cluster's GPU, links and where every number comes from."""
@@ -69,21 +67,16 @@ def show_hardware(
     ]
     console.print(kv_table(f"Cluster {c.name}", rows))
     if c.measured:
-        measured = Table(title="Measured on this system (hardware profile)", title_justify="left")
-        measured.add_column("field", style="bold")
-        measured.add_column("value")
-        measured.add_column("how")
+        cells = []
         for key, note in c.measured.items():
             section, _, name = key.partition(".")
-            value = getattr(getattr(c, section), name, "")
-            measured.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value), note)
-        console.print(measured)
+            value = getattr(getattr(c, section, None), name, "") if section in ("gpu", "scaleup", "scaleout") else ""
+            cells.append([key, f"{value:.4g}" if isinstance(value, float) else str(value), note])
+        columns = [Column("field", left=True, wrap=True), Column("value", left=True, wrap=True),
+                   Column("how", left=True, wrap=True)]
+        console.print(fitted_table("Measured on this system (hardware profile)", [(columns, cells)]))
     if c.sources:
         title = "Assumed from datasheets and published measurements" if c.measured else "Sources"
-        src = Table(title=title, title_justify="left")
-        src.add_column("field", style="bold")
-        src.add_column("source")
-        for key, value in c.sources.items():
-            if key not in c.measured:
-                src.add_row(key, value)
-        console.print(src)
+        cells = [[key, value] for key, value in c.sources.items() if key not in c.measured]
+        columns = [Column("field", left=True, wrap=True), Column("source", left=True, wrap=True)]
+        console.print(fitted_table(title, [(columns, cells)]))

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from parplan.cli._options import JsonOpt
-from parplan.cli._output import console, human_count, kv_table, print_json
+from parplan.cli._output import Column, console, fitted_table, human_count, kv_table, print_json
 
 app = typer.Typer(help="Model presets and model files.", no_args_is_help=True)
 
@@ -23,14 +22,14 @@ def list_models(json_out: JsonOpt = False) -> None:
     if json_out:
         print_json({"models": rows})
         return
-    table = Table(title="Model presets (any HF config.json or parplan YAML file also works)")
-    for col in ("name", "family", "params", "active", "layers", "hidden", "heads/kv", "experts"):
-        table.add_column(col, justify="left" if col in ("name", "family") else "right")
-    for r in rows:
-        experts = f"{r['experts']} top-{r['top_k']}" if r["experts"] else "-"
-        table.add_row(str(r["name"]), str(r["family"]), human_count(r["params"]), human_count(r["active_params"]),
-                      str(r["layers"]), str(r["hidden"]), f"{r['heads']}/{r['kv_heads']}", experts)
-    console.print(table)
+    columns = [Column("name", left=True), Column("family", left=True, drop=3), Column("params"), Column("active"),
+               Column("layers", "L"), Column("hidden", "h", drop=1), Column("heads/kv", "a/kv", drop=2),
+               Column("experts")]
+    cells = [[str(r["name"]), str(r["family"]), human_count(r["params"]), human_count(r["active_params"]),
+              str(r["layers"]), str(r["hidden"]), f"{r['heads']}/{r['kv_heads']}",
+              f"{r['experts']} top-{r['top_k']}" if r["experts"] else "-"] for r in rows]
+    console.print(fitted_table("Model presets (any HF config.json or parplan YAML file also works)",
+                               [(columns, cells)]))
 
 
 @app.command("show")

@@ -12,6 +12,7 @@ from parplan.cli._options import (
     ClusterOpt,
     CompileOpt,
     ExpertLoadOpt,
+    GbsOpt,
     GpuCountsOpt,
     JsonOpt,
     MemoryFractionOpt,
@@ -21,11 +22,15 @@ from parplan.cli._options import (
     SeqOpt,
     TimeLimitOpt,
     deadline,
+    int_spec,
+    number,
     parse_gpu_counts,
+    usage_errors,
 )
-from parplan.cli._output import console, print_json, print_text, search_progress
+from parplan.cli._output import Column, console, fitted_table, print_json, print_text, search_progress
 from parplan.cli.explain import explain_args
 from parplan.errors import ConfigError, NoFeasiblePlanError
+from parplan.limits import SPEC_VALUES
 from parplan.names import DEFAULT_STACK, DISPATCHERS, RECOMPUTE, SCHEDULES
 
 if TYPE_CHECKING:
@@ -34,7 +39,12 @@ if TYPE_CHECKING:
     from parplan.planner.search import PlanResult
     from parplan.planner.strategy import Strategy
 
-IntSpec = Annotated[str | None, typer.Option(help="A value, a list (1,2,4) or a range (1..16).")]
+_SPEC = "N|N,M|N..M"
+IntSpec = Annotated[str | None, typer.Option(metavar=_SPEC, callback=int_spec(),
+                                             help="A value, a list (1,2,4) or a range (1..16).")]
+ZeroSpec = Annotated[str | None, typer.Option(metavar=_SPEC, callback=int_spec(0, 3),
+                                              help="ZeRO stages 0..3: a value, a list (1,3) or a range (0..3).")]
+
 
 
 def _explain_command(est: Estimate, sources: dict[str, object], expert_load: str | None) -> str:
@@ -57,23 +67,38 @@ def _moe_cell(s: Strategy) -> str:
     return " ".join(parts + ([f"R{s.redundant_experts}"] if s.redundant_experts else []))
 
 
+def _layout_cell(s: Strategy, gpus: int) -> str:
+    """The layout in one wrapping cell: Strategy.describe without the batch and sequence the title states."""
+    return " ".join(t for t in s.describe(gpus).split() if not t.startswith(("gbs=", "seq=")))
+
+
+_RESULTS = [Column("tok/s/GPU", "tok/s"), Column("MFU"), Column("step s", "step"), Column("mem GiB", "GiB")]
+
+
+def _results(e: Estimate) -> list[str]:
+    return [f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.mfu:.1%}", f"{e.step_time_s:.2f}",
+            f"{e.required_gib:.1f}/{e.capacity_gib:g}"]
+
+
 def _plans_table(result: PlanResult, title: str, moe: bool) -> Table:
+    """One column per layout field where the console is wide enough, else the layout as one wrapping cell;
+    the predicted numbers are never cut."""
     from parplan.planner.strategy import recompute_label
 
-    table = Table(title=title, title_justify="left")
-    cols = ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sp", "recompute", "mbs", "schedule", "prec"]
-    cols += (["experts"] if moe else []) + ["tok/s/GPU", "MFU", "step s", "mem GiB"]
-    for col in cols:
-        table.add_column(col, justify="left" if col in ("recompute", "schedule", "prec", "sp", "experts") else "right")
+    left = {"sp", "recompute", "schedule", "prec", "experts"}
+    names = ["#", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "sp", "recompute", "mbs", "schedule", "prec"]
+    names += ["experts"] if moe else []
+    wide_rows, compact_rows = [], []
     for i, e in enumerate(result.plans, 1):
         s = e.strategy
         row = [str(i), str(s.tp), str(s.pp), str(s.dp(e.gpus)), str(s.cp), str(s.ep), str(s.vpp), str(s.zero),
                "on" if s.sp else "off", recompute_label(s.recompute, s.recompute_blocks), str(s.mbs),
-               s.schedule + (" +ovl" if s.tp_overlap else ""), s.precision]
-        row += ([_moe_cell(s)] if moe else []) + [f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.mfu:.1%}",
-                                                 f"{e.step_time_s:.2f}", f"{e.required_gib:.1f}/{e.capacity_gib:g}"]
-        table.add_row(*row)
-    return table
+               s.schedule + (" +ovl" if s.tp_overlap else ""), s.precision] + ([_moe_cell(s)] if moe else [])
+        wide_rows.append(row + _results(e))
+        compact_rows.append([str(i), _layout_cell(s, e.gpus) + (f" {_moe_cell(s)}" if moe else ""), *_results(e)])
+    wide = [Column(n, left=n in left) for n in names] + _RESULTS
+    compact = [Column("#"), Column("layout", left=True, wrap=True), *_RESULTS]
+    return fitted_table(title, [(wide, wide_rows), (compact, compact_rows)])
 
 
 def _plan_doc(result: PlanResult, sources: dict[str, object]) -> dict[str, object]:
@@ -92,7 +117,7 @@ def incomplete_note(result: PlanResult, what: str = "these are") -> str | None:
     """The warning a search stopped by --time-limit carries, or None when it is complete."""
     if result.complete:
         return None
-    return (f"[bold yellow]Incomplete:[/] the time limit stopped the search with {result.left:,} of "
+    return (f"Incomplete: the time limit stopped the search with {result.left:,} of "
             f"{result.evaluated + result.left:,} valid layouts left; {what} the best found so far, which a "
             "complete search may beat.")
 
@@ -101,7 +126,7 @@ def plan_command(
     model: ModelOpt,
     cluster: ClusterOpt,
     gpus: GpuCountsOpt,
-    gbs: Annotated[int, typer.Option(min=1, help="Global batch, sequences per step.")],
+    gbs: GbsOpt,
     seq: SeqOpt = 4096,
     tp: IntSpec = None,
     pp: IntSpec = None,
@@ -109,31 +134,36 @@ def plan_command(
     ep: IntSpec = None,
     etp: IntSpec = None,
     vpp: IntSpec = None,
-    zero: IntSpec = None,
+    zero: ZeroSpec = None,
     mbs: IntSpec = None,
-    max_tp: Annotated[int | None, typer.Option(min=1, help="Upper bound on tp.")] = None,
-    max_pp: Annotated[int | None, typer.Option(min=1, help="Upper bound on pp.")] = None,
-    max_cp: Annotated[int | None, typer.Option(min=1, help="Upper bound on cp.")] = None,
-    max_ep: Annotated[int | None, typer.Option(min=1, help="Upper bound on ep.")] = None,
+    max_tp: Annotated[int | None, typer.Option(min=1, max=SPEC_VALUES, help="Upper bound on tp.")] = None,
+    max_pp: Annotated[int | None, typer.Option(min=1, max=SPEC_VALUES, help="Upper bound on pp.")] = None,
+    max_cp: Annotated[int | None, typer.Option(min=1, max=SPEC_VALUES, help="Upper bound on cp.")] = None,
+    max_ep: Annotated[int | None, typer.Option(min=1, max=SPEC_VALUES, help="Upper bound on ep.")] = None,
     sp: Annotated[str | None, typer.Option(help="on, off (default: both).")] = None,
     recompute: Annotated[str | None, typer.Option(help=f"Allowed: {','.join(RECOMPUTE)} (default all).")] = None,
     schedule: Annotated[str | None, typer.Option(help=f"Allowed: {','.join(SCHEDULES)} (default all).")] = None,
     precision: PrecisionsOpt = "bf16",
     dispatch: Annotated[str | None, typer.Option(
         help=f"MoE dispatchers to consider: {','.join(DISPATCHERS)} (default all).")] = None,
-    redundant_experts: IntSpec = None,
+    redundant_experts: Annotated[str | None, typer.Option(
+        metavar=_SPEC, callback=int_spec(0), help="EPLB redundant expert slots: a value, list or range.")] = None,
     ep_overlap: Annotated[str | None, typer.Option(help="EP all-to-all overlap: on, off (default: both).")] = None,
     expert_load: ExpertLoadOpt = None,
     max_memory_fraction: MemoryFractionOpt = 1.0,
     objective: Annotated[str, typer.Option(help="throughput, memory or cost.")] = "throughput",
-    within: Annotated[float, typer.Option(help="--objective memory: throughput slack vs the best.")] = 0.05,
-    tokens: Annotated[float | None, typer.Option(help="Token budget, e.g. 15e12 (with --days or for cost).")] = None,
-    days: Annotated[float | None, typer.Option(help="Deadline in days: smallest GPU count meeting it.")] = None,
-    top: Annotated[int, typer.Option(min=1, help="Rows to show.")] = 5,
+    within: Annotated[float, typer.Option(callback=number(min=0, max=1), metavar="FRACTION",
+                                          help="--objective memory: throughput slack vs the best.")] = 0.05,
+    tokens: Annotated[float | None, typer.Option(callback=number(above=0), metavar="NUMBER",
+                                                 help="Token budget, e.g. 15e12 (with --days or for cost).")] = None,
+    days: Annotated[float | None, typer.Option(callback=number(above=0), metavar="NUMBER",
+                                               help="Deadline in days: smallest GPU count meeting it.")] = None,
+    top: Annotated[int, typer.Option(min=1, max=1000, help="Rows to show.")] = 5,
     stack: Annotated[str | None, typer.Option(
-        "--stack", help="Software stack the layouts run on: megatron-core, megatron-deepspeed, torchtitan, fsdp, "
-                        "nanotron, maxtext, deepseek, or a stack YAML file (parplan stacks list). Default: the "
-                        "stack of --framework (or --emit) where given, else megatron-core.")] = None,
+        "--stack", metavar="NAME|FILE",
+        help="Software stack the layouts run on: megatron-core, megatron-deepspeed, torchtitan, fsdp, "
+             "nanotron, maxtext, deepseek, or a stack YAML file (parplan stacks list). Default: the "
+             "stack of --framework (or --emit) where given, else megatron-core.")] = None,
     compile: CompileOpt = None,
     memory: MemoryOpt = None,
     framework: Annotated[str | None, typer.Option(
@@ -145,7 +175,7 @@ def plan_command(
     json_out: JsonOpt = False,
 ) -> None:
     """Search every valid layout, drop those that do not fit, and recommend the best."""
-    from parplan.export import export, framework_filter
+    from parplan.export import export, framework_filter, targets
     from parplan.hardware.presets import load_cluster
     from parplan.models.presets import load_model
     from parplan.planner.api import space_from_options
@@ -160,19 +190,28 @@ def plan_command(
         raise typer.BadParameter("--days needs --tokens", param_hint="--days")
     counts = parse_gpu_counts(gpus)
     until = deadline(time_limit)
-    space = space_from_options(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs, max_tp=max_tp,
-                               max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, sp=sp, recompute=recompute,
-                               schedule=schedule, precision=precision, dispatch=dispatch,
-                               redundant_experts=redundant_experts, ep_overlap=ep_overlap,
-                               max_memory_fraction=max_memory_fraction)
+    with usage_errors():
+        space = space_from_options(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs, max_tp=max_tp,
+                                   max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, sp=sp, recompute=recompute,
+                                   schedule=schedule, precision=precision, dispatch=dispatch,
+                                   redundant_experts=redundant_experts, ep_overlap=ep_overlap,
+                                   max_memory_fraction=max_memory_fraction)
+    with usage_errors({"framework": "--framework"}):
+        if framework is not None:
+            targets(framework)  # an unknown framework name or version is refused before the search
+    if emit is not None:
+        with usage_errors({"framework": "--emit"}):
+            targets(emit)
     model_spec = load_model(model)
-    workload = parse_expert_load(expert_load, model_spec)
     base = load_cluster(cluster)
     stack = _stack_name(stack, framework or emit)
-    stack_spec = with_memory(load_stack(stack, compile=compile), memory or [])
+    with usage_errors():  # --compile or --memory the stack cannot take (a stack file's own errors name it)
+        stack_spec = with_memory(load_stack(stack, compile=compile), memory or [])
     if space.precision == ("fp8",) and not base.gpu.supports_fp8:
         # Asked for fp8 only: say why instead of "no layout fits" (in a list, the fp8_supported rule drops it).
         raise ConfigError(f"{base.gpu.name} has no fp8 tensor cores; use --precision bf16", field="precision")
+    with usage_errors():
+        workload = parse_expert_load(expert_load, model_spec)
     # DeepSpeed's pipeline engine partitions stage tensors over TP (PartitionedTensor): cost it so.
     writers = (framework, stack_spec.runs.exporter)
     space = dataclasses.replace(space, pp_scatter_gather=any(w is not None and w.partition("@")[0] == "deepspeed"
@@ -271,17 +310,16 @@ def _show_sizes(results: list[tuple[int, PlanResult]], tokens: float | None, day
         print_json({"sizes": [{"gpus": n, **_plan_doc(r, sources)} for n, r in results],
                     "recommended_gpus": chosen})
         return
-    table = Table(title="Best layout per cluster size", title_justify="left")
-    for col in ("GPUs", "layout", "tok/s/GPU", "tokens/s", "MFU", "mem GiB") + (("days",) if tokens else ()):
-        table.add_column(col, justify="left" if col == "layout" else "right")
+    columns = [Column("GPUs"), Column("layout", left=True, wrap=True), Column("tok/s/GPU", "tok/s"),
+               Column("tokens/s", drop=1), Column("MFU"), Column("mem GiB", "GiB")]
+    columns += [Column("days")] if tokens else []
+    rows = []
     for n, r in results:
         e = r.plans[0]
-        row = [str(n), e.strategy.describe(n), f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.tokens_per_s:,.0f}",
+        row = [str(n), _layout_cell(e.strategy, n), f"{e.tokens_per_s_per_gpu:,.1f}", f"{e.tokens_per_s:,.0f}",
                f"{e.mfu:.1%}", f"{e.required_gib:.1f}"]
-        if tokens:
-            row.append(f"{e.days_for(tokens):.1f}")
-        table.add_row(*row)
-    console.print(table)
+        rows.append(row + ([f"{e.days_for(tokens):.1f}"] if tokens else []))
+    console.print(fitted_table("Best layout per cluster size", [(columns, rows)]))
     for n, r in results:
         note = incomplete_note(r, f"at {n} GPUs the layout shown is")
         if note:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from parplan.cli._options import (
     ClusterOpt,
@@ -15,15 +14,18 @@ from parplan.cli._options import (
     JsonOpt,
     MemoryFractionOpt,
     ModelOpt,
+    PlotOpt,
     PrecisionsOpt,
     SeqOpt,
     StackOpt,
     TimeLimitOpt,
     deadline,
     parse_gpu_counts,
+    usage_errors,
 )
-from parplan.cli._output import console, print_json, search_progress
+from parplan.cli._output import Column, console, fitted_table, print_json, search_progress
 from parplan.errors import NoFeasiblePlanError
+from parplan.limits import MAX_BATCH
 from parplan.names import DEFAULT_STACK
 
 
@@ -36,7 +38,8 @@ def scale_command(
     model: ModelOpt,
     cluster: ClusterOpt,
     gpus: GpuCountsOpt,
-    gbs: Annotated[int, typer.Option(min=1, help="Global batch (sequences); with --weak, at the smallest count.")],
+    gbs: Annotated[int, typer.Option(min=1, max=MAX_BATCH,
+                                     help="Global batch (sequences); with --weak, at the smallest count.")],
     seq: SeqOpt = 4096,
     weak: Annotated[bool, typer.Option("--weak", help="Grow the batch with the GPU count (weak scaling).")] = False,
     precision: PrecisionsOpt = "bf16",
@@ -44,7 +47,7 @@ def scale_command(
     expert_load: ExpertLoadOpt = None,
     stack: StackOpt = DEFAULT_STACK,
     compile: CompileOpt = None,
-    plot: Annotated[str | None, typer.Option(help="Write speedup and efficiency curves to this PNG.")] = None,
+    plot: PlotOpt = None,
     time_limit: TimeLimitOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -54,18 +57,23 @@ def scale_command(
     from parplan.planner.api import space_from_options
     from parplan.planner.scaling import scale, thresholds
     from parplan.planner.workload import parse_expert_load
-    from parplan.plots import plot_scaling
+    from parplan.plots import check_plot_path, plot_scaling
     from parplan.stacks import load_stack
 
     counts = parse_gpu_counts(gpus)
     until = deadline(time_limit)
-    space = space_from_options(precision=precision, max_memory_fraction=max_memory_fraction)
+    if plot:
+        check_plot_path(plot)
+    with usage_errors():
+        space = space_from_options(precision=precision, max_memory_fraction=max_memory_fraction)
     model_spec, base = load_model(model), load_cluster(cluster)
-    stack_spec = load_stack(stack, compile=compile)
+    with usage_errors():  # --compile on a stack without a compile path (a stack file's own errors name it)
+        stack_spec = load_stack(stack, compile=compile)
+    with usage_errors():
+        workload = parse_expert_load(expert_load, model_spec)
     with search_progress() as update:
-        points = scale(model_spec, base, counts, gbs=gbs, seq=seq, weak=weak, space=space,
-                       workload=parse_expert_load(expert_load, model_spec), deadline=until, progress=update,
-                       stack=stack_spec)
+        points = scale(model_spec, base, counts, gbs=gbs, seq=seq, weak=weak, space=space, workload=workload,
+                       deadline=until, progress=update, stack=stack_spec)
     fitted = [p for p in points if p.best is not None]
     if not fitted:
         raise NoFeasiblePlanError(f"no layout of {model_spec.name} fits at any of {counts} GPUs of {base.name}")
@@ -79,24 +87,26 @@ def scale_command(
         print_json({"stack": stack_spec.name, "compile": stack_spec.compiled, "rows": rows,
                     "below_90_percent_at": marks[0.9], "below_70_percent_at": marks[0.7], "complete": not incomplete})
         return
-    table = Table(title=f"{model_spec.name} on {base.name} as {stack_spec.name} runs it: "
-                        f"{'weak' if weak else 'strong'} scaling "
-                        f"(gbs {gbs}{' at the smallest count' if weak else ''}, seq {seq})", title_justify="left")
-    for col in ("GPUs", "tokens/s", "tok/s/GPU", "speedup", "ideal", "efficiency", "layout", "bottleneck"):
-        table.add_column(col, justify="left" if col in ("layout", "bottleneck") else "right")
+    columns = [Column("GPUs"), Column("tokens/s", drop=2), Column("tok/s/GPU", "tok/s"), Column("speedup"),
+               Column("ideal", drop=1), Column("efficiency", "eff"), Column("layout", left=True, wrap=True),
+               Column("bottleneck", left=True, wrap=True, drop=3)]
+    rows = []
     for p in points:
         if p.best is None:
-            table.add_row(str(p.gpus), "-", "-", "-", "-", "-", "does not fit", "")
+            rows.append([str(p.gpus), "-", "-", "-", "-", "-", "does not fit", ""])
             continue
-        table.add_row(str(p.gpus), f"{p.best.tokens_per_s:,.0f}", f"{p.best.tokens_per_s_per_gpu:,.1f}",
-                      f"{p.speedup:.2f}×", f"{p.ideal:.0f}×", f"{p.efficiency:.0%}",
-                      p.best.strategy.describe(p.gpus), _short(p.bottleneck))
-    console.print(table)
+        rows.append([str(p.gpus), f"{p.best.tokens_per_s:,.0f}", f"{p.best.tokens_per_s_per_gpu:,.1f}",
+                     f"{p.speedup:.2f}×", f"{p.ideal:.0f}×", f"{p.efficiency:.0%}",
+                     " ".join(t for t in p.best.strategy.describe(p.gpus).split() if not t.startswith("seq=")),
+                     _short(p.bottleneck)])
+    title = (f"{model_spec.name} on {base.name} as {stack_spec.name} runs it: {'weak' if weak else 'strong'} scaling "
+             f"(gbs {gbs}{' at the smallest count' if weak else ''}, seq {seq})")
+    console.print(fitted_table(title, [(columns, rows)]))
     words = [f"falls below {label} at {marks[level]} GPUs" if marks[level] else f"stays above {label}"
              for level, label in ((0.9, "90%"), (0.7, "70%"))]
     console.print(f"Efficiency {words[0]} and {words[1]} (relative to {fitted[0].gpus} GPUs).", highlight=False)
     if incomplete:
-        console.print("[bold yellow]Incomplete:[/] the time limit stopped the searches at "
+        console.print("Incomplete: the time limit stopped the searches at "
                       + ", ".join(f"{p.gpus} GPUs ({p.left:,} layouts left)" for p in incomplete)
                       + "; their layouts are the best found so far, which a complete search may beat.", highlight=False)
     if plot:

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from parplan.cli._options import ClusterOpt, GpuCountsOpt, JsonOpt, ModelOpt, parse_gpu_counts
-from parplan.cli._output import console, kv_table, print_json, print_text
+from parplan.cli._options import (
+    ClusterOpt,
+    GpuCountsOpt,
+    JsonOpt,
+    ModelOpt,
+    number,
+    parse_gpu_counts,
+    usage_errors,
+)
+from parplan.cli._output import Column, console, fitted_table, kv_table, print_json, print_text
 from parplan.errors import ConfigError
+from parplan.limits import MAX_BATCH, MAX_GPUS, MAX_MTP, MAX_SEQ
+from parplan.models.spec import RANGES
 from parplan.names import A2A_BACKENDS, ENGINES, KV_DTYPES
 
 if TYPE_CHECKING:
@@ -21,19 +32,39 @@ app = typer.Typer(help="Serving deployments: explain one, or plan the best under
 
 POOL_KEYS = ("tp", "pp", "dp", "moe_tp", "moe_ep", "workers", "batch", "redundant_experts", "a2a")
 
-EngineOpt = Annotated[str, typer.Option(help="Serving engine: " + ", ".join(ENGINES) + ".")]
+EngineOpt = Annotated[str, typer.Option(metavar="ENGINE", help="Serving engine: " + ", ".join(ENGINES) + ".")]
 PrecisionOpt = Annotated[str, typer.Option(
+    metavar="DTYPE|gemm=D,moe=D",
     help="Weights: bf16, fp8, fp4 or int4, or gemm=fp8,moe=fp4 for attention/dense and experts apart.")]
 KvOpt = Annotated[str, typer.Option(
-    "--kv-cache", help="KV-cache format: auto (the engine's default for these weights), " + ", ".join(KV_DTYPES) + ".")]
-IslOpt = Annotated[int, typer.Option(help="Input tokens per request.")]
-OslOpt = Annotated[int, typer.Option(help="Output tokens per request.")]
-ConcurrencyOpt = Annotated[int | None, typer.Option(help="Requests in flight (closed loop), whole deployment.")]
-RateOpt = Annotated[float | None, typer.Option(help="Arriving requests per second (open loop), instead.")]
-PrefixOpt = Annotated[float, typer.Option(help="Share of input tokens found in the prefix cache.")]
-MtpOpt = Annotated[int, typer.Option(help="Speculative (MTP) tokens drafted per step; 0 = off.")]
-AcceptanceOpt = Annotated[float, typer.Option(help="Chance each drafted token is accepted (with --mtp).")]
-ChunkOpt = Annotated[int | None, typer.Option(help="Token budget per step (default: the engine's).")]
+    "--kv-cache", metavar="DTYPE",
+    help="KV-cache format: auto (the engine's default for these weights), " + ", ".join(KV_DTYPES) + ".")]
+IslOpt = Annotated[int, typer.Option(min=1, max=MAX_SEQ, help="Input tokens per request.")]
+OslOpt = Annotated[int, typer.Option(min=1, max=MAX_SEQ, help="Output tokens per request.")]
+ConcurrencyOpt = Annotated[int | None, typer.Option(min=1, max=MAX_BATCH,
+                                                    help="Requests in flight (closed loop), whole deployment.")]
+RateOpt = Annotated[float | None, typer.Option(callback=number(above=0), metavar="NUMBER",
+                                               help="Arriving requests per second (open loop), instead.")]
+PrefixOpt = Annotated[float, typer.Option(callback=number(min=0, max=1), metavar="FRACTION",
+                                          help="Share of input tokens found in the prefix cache, in [0, 1).")]
+MtpOpt = Annotated[int, typer.Option(min=0, max=MAX_MTP, help="Speculative (MTP) tokens drafted per step; 0 = off.")]
+AcceptanceOpt = Annotated[float, typer.Option(callback=number(min=0, max=1), metavar="FRACTION",
+                                              help="Chance each drafted token is accepted (with --mtp), in [0, 1).")]
+ChunkOpt = Annotated[int | None, typer.Option(min=1, max=MAX_SEQ,
+                                              help="Token budget per step (default: the engine's).")]
+
+_OPTIONS = {"precision": "--precision", "precision.gemm": "--precision", "precision.moe": "--precision",
+            "precision.kv_cache": "--kv-cache", "engine": "--engine", "mode": "--mode"}
+"""Option spelling of the serving fields whose name differs (the others are --field-name)."""
+
+
+def _engine(name: str, option: str) -> str:
+    """An engine name, else a usage error naming the option and the nearest engine."""
+    if name not in ENGINES:
+        close = difflib.get_close_matches(name, ENGINES, n=1, cutoff=0.4)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise typer.BadParameter(f"expected one of {', '.join(ENGINES)}, got {name!r}{hint}", param_hint=option)
+    return name
 
 
 def parse_pool(text: str, option: str) -> Pool:
@@ -79,20 +110,23 @@ def explain(
     osl: OslOpt = 1024,
     concurrency: ConcurrencyOpt = None,
     rate: RateOpt = None,
-    tp: Annotated[int, typer.Option(min=1, help="Attention tensor parallelism per worker.")] = 1,
-    pp: Annotated[int, typer.Option(min=1, help="Pipeline stages per worker.")] = 1,
-    dp: Annotated[int, typer.Option(min=1, help="Attention data-parallel ranks per worker (DP attention).")] = 1,
-    moe_tp: Annotated[int | None, typer.Option(min=1, help="Tensor parallelism inside each expert.")] = None,
-    moe_ep: Annotated[int, typer.Option(min=1, help="Expert parallelism over the worker's GPUs.")] = 1,
-    workers: Annotated[int, typer.Option(min=1, help="Instances (replicas) of the worker.")] = 1,
-    batch: Annotated[int | None, typer.Option(min=1, help="Max running requests per attention rank.")] = None,
-    redundant_experts: Annotated[int, typer.Option(min=0, help="EPLB redundant expert replicas.")] = 0,
+    tp: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Attention tensor parallelism per worker.")] = 1,
+    pp: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Pipeline stages per worker.")] = 1,
+    dp: Annotated[int, typer.Option(min=1, max=MAX_GPUS,
+                                    help="Attention data-parallel ranks per worker (DP attention).")] = 1,
+    moe_tp: Annotated[int | None, typer.Option(min=1, max=MAX_GPUS,
+                                               help="Tensor parallelism inside each expert.")] = None,
+    moe_ep: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Expert parallelism over the worker's GPUs.")] = 1,
+    workers: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Instances (replicas) of the worker.")] = 1,
+    batch: Annotated[int | None, typer.Option(min=1, max=MAX_BATCH,
+                                              help="Max running requests per attention rank.")] = None,
+    redundant_experts: Annotated[int, typer.Option(min=0, max=MAX_GPUS, help="EPLB redundant expert replicas.")] = 0,
     a2a: Annotated[str, typer.Option(
-        help="MoE exchange under DP attention: " + ", ".join(A2A_BACKENDS) + ".")] = "auto",
+        metavar="BACKEND", help="MoE exchange under DP attention: " + ", ".join(A2A_BACKENDS) + ".")] = "auto",
     prefill: Annotated[str | None, typer.Option(
-        help="Disaggregated: the prefill pool, e.g. tp=1,dp=8,moe_ep=8,workers=2.")] = None,
+        metavar="KEY=N,...", help="Disaggregated: the prefill pool, e.g. tp=1,dp=8,moe_ep=8,workers=2.")] = None,
     decode: Annotated[str | None, typer.Option(
-        help="Disaggregated: the decode pool, e.g. tp=1,dp=32,moe_ep=32.")] = None,
+        metavar="KEY=N,...", help="Disaggregated: the decode pool, e.g. tp=1,dp=32,moe_ep=32.")] = None,
     precision: PrecisionOpt = "bf16",
     kv_cache: KvOpt = "auto",
     prefix_hit: PrefixOpt = 0.0,
@@ -106,22 +140,27 @@ def explain(
     from parplan.serving.evaluate import serve_evaluate
     from parplan.serving.spec import Deployment, Pool, Workload
 
-    spec = load_model(model)
-    prec = build_precision(precision, kv_cache, engine, spec.moe is not None)
+    _engine(engine, "--engine")
     if (prefill is None) != (decode is None):
         raise typer.BadParameter("give both --prefill and --decode for a disaggregated deployment",
                                  param_hint="--prefill")
-    if prefill is not None:
-        deployment = Deployment(engine=engine, precision=prec, mode="disaggregated",
-                                prefill=parse_pool(prefill, "--prefill"), decode=parse_pool(decode, "--decode"),
-                                chunk_tokens=chunk_tokens)
-    else:
-        pool = Pool(tp=tp, pp=pp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, workers=workers, batch=batch,
-                    redundant_experts=redundant_experts, a2a=a2a)
-        deployment = Deployment(engine=engine, precision=prec, pool=pool, chunk_tokens=chunk_tokens)
-    workload = Workload(isl=isl, osl=osl, concurrency=concurrency, rate=rate, prefix_hit=prefix_hit, mtp=mtp,
-                        acceptance=acceptance)
-    est = serve_evaluate(spec, cluster, deployment, workload)
+    with usage_errors(_OPTIONS):  # option values first, before the model is read
+        workload = Workload(isl=isl, osl=osl, concurrency=concurrency, rate=rate, prefix_hit=prefix_hit, mtp=mtp,
+                            acceptance=acceptance)
+        pool = None if prefill is not None else Pool(
+            tp=tp, pp=pp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, workers=workers, batch=batch,
+            redundant_experts=redundant_experts, a2a=a2a)
+    spec = load_model(model)
+    with usage_errors(_OPTIONS):
+        prec = build_precision(precision, kv_cache, engine, spec.moe is not None)
+        if prefill is not None:
+            deployment = Deployment(engine=engine, precision=prec, mode="disaggregated",
+                                    prefill=parse_pool(prefill, "--prefill"), decode=parse_pool(decode, "--decode"),
+                                    chunk_tokens=chunk_tokens)
+        else:
+            deployment = Deployment(engine=engine, precision=prec, pool=pool, chunk_tokens=chunk_tokens)
+    with usage_errors(_OPTIONS):  # the workload against the model's context
+        est = serve_evaluate(spec, cluster, deployment, workload)
     if json_out:
         print_json(est.as_dict())
         return
@@ -156,13 +195,9 @@ def show_serving(est: ServingEstimate) -> None:
 def _by_column(title: str, columns: dict[str, dict[str, float]], fmt: Any,
                label: Any = lambda key: key) -> Table:
     """A table with one column per key of `columns` and one row per key of its inner dicts."""
-    table = Table(title=title, title_justify="left")
-    table.add_column("part")
-    for name in columns:
-        table.add_column(name, justify="right")
-    for key in next(iter(columns.values())):
-        table.add_row(label(key), *(fmt(key, columns[c][key]) for c in columns))
-    return table
+    cols = [Column("part", left=True, wrap=True), *(Column(name) for name in columns)]
+    rows = [[label(key), *(fmt(key, columns[c][key]) for c in columns)] for key in next(iter(columns.values()))]
+    return fitted_table(title, [(cols, rows)])
 
 
 def validate_serving(file: str | None, json_out: bool) -> None:
@@ -182,17 +217,18 @@ def validate_serving(file: str | None, json_out: bool) -> None:
         })
         return
     for title, rows, key in (("By data set", by_set, "set"), ("By engine", by_engine, "engine")):
-        table = Table(title=f"Serving deployments, {title.lower()}: absolute percentage error", title_justify="left")
-        for col in (key, "cases", "predicted", "metric", "n", "median", "p90", "mean"):
-            table.add_column(col, justify="left" if col in (key, "metric") else "right")
+        columns = [Column(key, left=True, wrap=True), Column("cases", drop=2), Column("predicted", "pred", drop=1),
+                   Column("metric", left=True), Column("n"), Column("median"), Column("p90"), Column("mean", drop=3)]
+        cells = []
         for row in rows:
             first = True
             for metric, stats in row["metrics"].items():
-                table.add_row(str(row[key]) if first else "", str(row["cases"]) if first else "",
+                cells.append([str(row[key]) if first else "", str(row["cases"]) if first else "",
                               f"{row['predicted_share']:.1%}" if first else "", metric, str(stats["n"]),
-                              f"{stats['median_ape']:.1%}", f"{stats['p90_ape']:.1%}", f"{stats['mean_ape']:.1%}")
+                              f"{stats['median_ape']:.1%}", f"{stats['p90_ape']:.1%}", f"{stats['mean_ape']:.1%}"])
                 first = False
-        console.print(table)
+        console.print(fitted_table(f"Serving deployments, {title.lower()}: absolute percentage error",
+                                   [(columns, cells)]))
     refused = [r for r in results if r.error]
     if refused:
         reasons: dict[str, int] = {}
@@ -209,27 +245,34 @@ def plan(
     gpus: GpuCountsOpt,
     isl: IslOpt = 1024,
     osl: OslOpt = 1024,
-    ttft_ms: Annotated[float | None, typer.Option(help="TTFT target, ms (mean).")] = None,
-    tpot_ms: Annotated[float | None, typer.Option(help="TPOT target, ms (mean).")] = None,
+    ttft_ms: Annotated[float | None, typer.Option(callback=number(above=0), metavar="MS",
+                                                  help="TTFT target, ms (mean).")] = None,
+    tpot_ms: Annotated[float | None, typer.Option(callback=number(above=0), metavar="MS",
+                                                  help="TPOT target, ms (mean).")] = None,
     concurrency: ConcurrencyOpt = None,
     rate: Annotated[float | None, typer.Option(
+        callback=number(above=0), metavar="NUMBER",
         help="Arriving requests per second; with a GPU range, the fewest GPUs that serve it within the targets.")
     ] = None,
     engine: Annotated[str | None, typer.Option(
+        metavar="ENGINE",
         help="Serving engine: " + ", ".join(ENGINES) + " (default: the --emit engine, else vllm).")] = None,
     mode: Annotated[str, typer.Option(help="aggregated, disaggregated or both.")] = "both",
     precision: Annotated[list[str] | None, typer.Option(
+        metavar="DTYPE|gemm=D,moe=D",
         help="Weights to try (repeat for several): bf16, fp8, fp4, int4 or gemm=fp8,moe=fp4. Default bf16.")] = None,
     kv_cache: KvOpt = "auto",
     prefix_hit: PrefixOpt = 0.0,
     mtp: MtpOpt = 0,
     acceptance: AcceptanceOpt = 0.0,
-    max_pp: Annotated[int, typer.Option(min=1, help="Most pipeline stages per worker to try.")] = 1,
+    max_pp: Annotated[int, typer.Option(min=1, max=RANGES["layers"][1],
+                                        help="Most pipeline stages per worker to try.")] = 1,
     redundant_experts: Annotated[list[int] | None, typer.Option(
-        help="EPLB redundant experts to try (repeat for several). Default 0.")] = None,
+        min=0, max=MAX_GPUS, help="EPLB redundant experts to try (repeat for several). Default 0.")] = None,
     chunk_tokens: ChunkOpt = None,
-    top: Annotated[int, typer.Option(min=1, help="Deployments to list.")] = 5,
+    top: Annotated[int, typer.Option(min=1, max=1000, help="Deployments to list.")] = 5,
     emit: Annotated[str | None, typer.Option(
+        metavar="ENGINE",
         help="Write the winner's launch settings for this engine: " + ", ".join(ENGINES) + ".")] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -237,8 +280,8 @@ def plan(
     tokens/s per GPU against tokens/s per user, why the winner wins, and the command that reproduces it."""
     from parplan.serving.plan import serve_plan
 
-    if emit is not None and emit not in ENGINES:
-        raise typer.BadParameter(f"expected one of {', '.join(ENGINES)}", param_hint="--emit")
+    if emit is not None:
+        _engine(emit, "--emit")
     if engine is not None and emit is not None and engine != emit:
         raise typer.BadParameter(f"the plan is for {engine}; emit its settings with --emit {engine}, or plan "
                                  f"with --engine {emit}", param_hint="--emit")
@@ -246,16 +289,15 @@ def plan(
         raise typer.BadParameter("expected aggregated, disaggregated or both", param_hint="--mode")
     if concurrency is not None and rate is not None:
         raise typer.BadParameter("give at most one of --concurrency and --rate", param_hint="--rate")
-    name = engine or emit or "vllm"
-    if name not in ENGINES:
-        raise typer.BadParameter(f"expected one of {', '.join(ENGINES)}", param_hint="--engine")
+    name = _engine(engine or emit or "vllm", "--engine")
     counts = parse_gpu_counts(gpus)
     modes = ("aggregated", "disaggregated") if mode == "both" else (mode,)
-    result = serve_plan(model, cluster, counts, isl=isl, osl=osl, concurrency=concurrency, rate=rate,
-                        prefix_hit=prefix_hit, mtp=mtp, acceptance=acceptance, engine=name, ttft_ms=ttft_ms,
-                        tpot_ms=tpot_ms, modes=modes, precisions=tuple(precision or ("bf16",)), kv_cache=kv_cache,
-                        max_pp=max_pp, redundant_experts=tuple(redundant_experts or (0,)),
-                        chunk_tokens=chunk_tokens, top=top)
+    with usage_errors(_OPTIONS):  # serve_plan checks the option values before it searches
+        result = serve_plan(model, cluster, counts, isl=isl, osl=osl, concurrency=concurrency, rate=rate,
+                            prefix_hit=prefix_hit, mtp=mtp, acceptance=acceptance, engine=name,
+                            ttft_ms=ttft_ms, tpot_ms=tpot_ms, modes=modes,
+                            precisions=tuple(precision or ("bf16",)), kv_cache=kv_cache, max_pp=max_pp,
+                            redundant_experts=tuple(redundant_experts or (0,)), chunk_tokens=chunk_tokens, top=top)
     script = _emit(result, model) if emit else None
     if json_out:
         print_json(_plan_json(result, script))
@@ -319,17 +361,18 @@ def _layout(c: Any) -> str:
 
 
 def _candidates_table(title: str, rows: list[Any]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for col in ("mode", "GPUs", "precision", "layout", "tok/s/GPU", "tok/s/user", "TTFT ms", "TPOT ms", "in flight",
-                "meets"):
-        table.add_column(col, justify="left" if col in ("mode", "layout", "precision") else "right")
+    columns = [Column("mode", left=True), Column("GPUs"), Column("precision", "prec", left=True, wrap=True),
+               Column("layout", left=True, wrap=True), Column("tok/s/GPU", "tok/s"), Column("tok/s/user", "/user"),
+               Column("TTFT ms", "TTFT"), Column("TPOT ms", "TPOT"), Column("in flight", "reqs", drop=1),
+               Column("meets", "ok")]
+    cells = []
     for c in rows:
         prec = c.precision
         weights = prec.gemm if prec.gemm == prec.moe else f"{prec.gemm}/{prec.moe}"
-        table.add_row(c.mode[:5] + ".", str(c.gpus), f"{weights}, kv {prec.kv_cache}", _layout(c),
+        cells.append([c.mode[:5] + ".", str(c.gpus), f"{weights}, kv {prec.kv_cache}", _layout(c),
                       f"{c.tokens_per_s_per_gpu:,.0f}", f"{c.tokens_per_s_per_user:,.1f}", f"{c.ttft_ms:,.0f}",
-                      f"{c.tpot_ms:,.1f}", f"{c.concurrency:,}", "yes" if c.meets else "no")
-    return table
+                      f"{c.tpot_ms:,.1f}", f"{c.concurrency:,}", "yes" if c.meets else "no"])
+    return fitted_table(title, [(columns, cells)])
 
 
 def show_plan(result: Any) -> None:
@@ -341,18 +384,19 @@ def show_plan(result: Any) -> None:
                                     f"TPOT <= {t.tpot_ms:g} ms" if t.tpot_ms != float("inf") else "") if x)
     load = f", {w.rate:g} requests/s" if w.rate is not None else ""
     if len(result.counts) > 1:
-        sizing = Table(title="Best deployment per GPU count", title_justify="left")
-        for col in ("GPUs", "mode", "layout", "tok/s/GPU", "tok/s/user", "TTFT ms", "TPOT ms", "meets"):
-            sizing.add_column(col, justify="left" if col in ("mode", "layout") else "right")
+        columns = [Column("GPUs"), Column("mode", left=True), Column("layout", left=True, wrap=True),
+                   Column("tok/s/GPU", "tok/s"), Column("tok/s/user", "/user"), Column("TTFT ms", "TTFT"),
+                   Column("TPOT ms", "TPOT"), Column("meets", "ok")]
+        cells = []
         for r in result.counts:
             if r.result is None:
-                sizing.add_row(str(r.gpus), "-", "does not fit", "-", "-", "-", "-", "-")
+                cells.append([str(r.gpus), "-", "does not fit", "-", "-", "-", "-", "-"])
                 continue
             b = r.result.best[0]
-            sizing.add_row(str(r.gpus), b.mode, _layout(b), f"{b.tokens_per_s_per_gpu:,.0f}",
-                           f"{b.tokens_per_s_per_user:,.1f}", f"{b.ttft_ms:,.0f}", f"{b.tpot_ms:,.1f}",
-                           "yes" if b.meets else "no")
-        console.print(sizing)
+            cells.append([str(r.gpus), b.mode, _layout(b), f"{b.tokens_per_s_per_gpu:,.0f}",
+                          f"{b.tokens_per_s_per_user:,.1f}", f"{b.ttft_ms:,.0f}", f"{b.tpot_ms:,.1f}",
+                          "yes" if b.meets else "no"])
+        console.print(fitted_table("Best deployment per GPU count", [(columns, cells)]))
         if w.rate is not None:
             console.print(f"Fewest GPUs serving {w.rate:g} requests/s within the targets: {result.chosen.gpus}",
                           highlight=False)

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from parplan.cli._options import JsonOpt
-from parplan.cli._output import console, print_json
+from parplan.cli._options import JsonOpt, usage_errors
+from parplan.cli._output import Column, console, fitted_table, print_json
 
 app = typer.Typer(help="Software stack presets and stack files.", no_args_is_help=True)
 
@@ -28,16 +27,18 @@ def list_stacks(json_out: JsonOpt = False) -> None:
     if json_out:
         print_json({"stacks": [s.summary() for s in stacks]})
         return
-    table = Table(title="Stack presets (a stack YAML file also works: base: NAME plus overrides)")
-    for col in ("name", "description", "attention", "compile", "parallelism", "recompute"):
-        table.add_column(col)
+    columns = [Column("name", left=True), Column("description", left=True, wrap=True, drop=1),
+               Column("attention", "attn", left=True), Column("compile", left=True, wrap=True),
+               Column("parallelism", "par", left=True, wrap=True), Column("recompute", left=True, wrap=True)]
+    rows = []
     for s in stacks:
         k = s.kernels
         compiled = {"none": "-", "program": "always (XLA)"}.get(k.compile_scope,
                                                                   f"{k.compile_scope}, {'on' if k.compile else 'off'}")
-        table.add_row(s.name, s.description, k.attention, compiled, _value(s.runs.parallelism) or "dp only",
-                      ", ".join(f"{n}={m}" for n, m in s.recompute.items() if n != "none"))
-    console.print(table)
+        rows.append([s.name, s.description, k.attention, compiled, _value(s.runs.parallelism) or "dp only",
+                     ", ".join(f"{n}={m}" for n, m in s.recompute.items() if n != "none")])
+    console.print(fitted_table("Stack presets (a stack YAML file also works: base: NAME plus overrides)",
+                               [(columns, rows)]))
 
 
 @app.command("show")
@@ -49,16 +50,15 @@ def show_stack(
     """Show every fact of a stack and where it comes from."""
     from parplan.stacks import load_stack
 
-    s = load_stack(name, compile=compile)
+    with usage_errors():  # --compile on a stack without a compile path (a stack file's own errors name it)
+        s = load_stack(name, compile=compile)
     if json_out:
         print_json(s.summary())
         return
-    table = Table(title=f"Stack {s.name}: {s.description}", title_justify="left")
-    for col in ("fact", "value", "source"):
-        table.add_column(col, style="bold" if col == "fact" else None)
-    for path, value, source in s.facts():
-        table.add_row(path, _value(value), source)
-    console.print(table)
+    columns = [Column("fact", left=True), Column("value", left=True, wrap=True),
+               Column("source", left=True, wrap=True)]
+    rows = [[path, _value(value), source] for path, value, source in s.facts()]
+    console.print(fitted_table(f"Stack {s.name}: {s.description}", [(columns, rows)]))
     if s.fit:
         console.print(f"Calibrated: {s.fit.get('knobs')} from {len(s.fit.get('runs', {}))} runs "
                       f"({s.fit.get('command', '')})", highlight=False)

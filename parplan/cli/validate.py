@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
-from parplan.cli._options import JsonOpt, RunsCompileOpt, RunsStackOpt, TimeLimitOpt, deadline
-from parplan.cli._output import console, print_json, search_progress
+from parplan.cli._options import JsonOpt, RunsCompileOpt, RunsStackOpt, TimeLimitOpt, deadline, usage_errors
+from parplan.cli._output import Column, console, fitted_table, print_json, search_progress
 
 if TYPE_CHECKING:
     from parplan.planner.stack_fit import HeldOut
@@ -60,7 +59,8 @@ def validate(
 
     until = deadline(time_limit)
     runs = load_runs(data)
-    override = load_stack(stack, compile=compile) if stack is not None else None
+    with usage_errors():  # --compile on a stack without a compile path (a stack file's own errors name it)
+        override = load_stack(stack, compile=compile) if stack is not None else None
     runs = with_compile(runs, compile)
     if tier:
         runs = [r for r in runs if r.tier == tier]
@@ -91,47 +91,41 @@ def validate(
                 "measured_memory_gib": r.run.peak_memory_gib, "measured_memory_kind": r.run.peak_memory_kind,
                 "memory_kind_compared": r.memory_kind, "memory_flag": r.memory_flag,
                 "predicted_memory_gib": r.predicted_memory_gib, "memory_error": r.memory_error,
-                "fits": r.fits, "required_gib": r.estimate.required_gib if r.estimate else None,
-                "capacity_gib": r.estimate.capacity_gib if r.estimate else None,
-                "memory_kinds_gib": r.estimate.memory_kinds() if r.estimate else None, "error": r.error,
+                "fits": r.fits, "required_gib": r.estimate.required_gib, "capacity_gib": r.estimate.capacity_gib,
+                # A run that cannot be evaluated is an input error now, so "error" is always null; the key
+                # stays for readers of the document.
+                "memory_kinds_gib": r.estimate.memory_kinds(), "error": None,
                 "strategy": r.run.strategy.as_dict(r.run.gpus),
             } for r in results],
             "summary": {"by_tier": by_tier, "by_group": by_group},
         })
         return
-    table = Table(title="Published runs: predicted vs measured tokens/s/GPU (memory like with like; every run ran, "
-                        "so 'does not fit' marks a memory prediction that is too high)", title_justify="left")
-    for col in ("run", "tier", "GPUs", "measured", "predicted", "error", "memory GiB (pred/meas, kind)", "fits"):
-        table.add_column(col, justify="left" if col in ("run", "tier") else "right")
-    for r in results:
-        if r.estimate is None:
-            table.add_row(r.run.id, r.run.tier, str(r.run.gpus), f"{r.run.tokens_per_s_per_gpu:,.1f}", "-",
-                          f"[red]{r.error}[/]", "")
-            continue
-        err = r.throughput_error
-        style = "green" if abs(err) <= 0.1 else ("yellow" if abs(err) <= 0.3 else "red")
-        mem = (f"{r.predicted_memory_gib:.1f}/{r.run.peak_memory_gib:.1f} {r.run.peak_memory_kind}"
-               + ("*" if r.memory_flag else "") if r.memory_error is not None else "")
-        fits = ("yes" if r.fits else
-                f"[red]DOES NOT FIT ({r.estimate.required_gib:.1f}/{r.estimate.capacity_gib:g})[/]")
-        table.add_row(r.run.id, r.run.tier, str(r.run.gpus), f"{r.run.tokens_per_s_per_gpu:,.1f}",
-                      f"{r.predicted:,.1f}", f"[{style}]{err:+.1%}[/]", mem, fits)
-    console.print(table)
+    columns = [Column("run", left=True, wrap=True), Column("tier", left=True, drop=3), Column("GPUs"),
+               Column("measured", "meas"), Column("predicted", "pred"), Column("error"),
+               Column("memory GiB pred/meas, kind", "GiB p/m", left=True, wrap=True, drop=2),
+               Column("fits", left=True, wrap=True, drop=1)]
+    rows = [[r.run.id, r.run.tier, str(r.run.gpus), f"{r.run.tokens_per_s_per_gpu:,.1f}", f"{r.predicted:,.1f}",
+             f"{r.throughput_error:+.1%}",
+             (f"{r.predicted_memory_gib:.1f}/{r.run.peak_memory_gib:.1f} {r.run.peak_memory_kind}"
+              + ("*" if r.memory_flag else "")) if r.memory_error is not None else "",
+             "yes" if r.fits else f"DOES NOT FIT ({r.estimate.required_gib:.1f}/{r.estimate.capacity_gib:g})"]
+            for r in results]
+    console.print(fitted_table("Published runs: predicted vs measured tokens/s/GPU (memory like with like; every run "
+                               "ran, so 'does not fit' marks a memory prediction that is too high)", [(columns, rows)]))
     if any(r.memory_flag for r in results):
         console.print(f"* the run does not say which memory it measured: compared as {UNKNOWN_KIND_COMPARED_AS}",
                       highlight=False)
-    for title, rows, key in (("By tier", by_tier, "tier"), ("By group", by_group, "group")):
-        summary = Table(title=f"{title}: absolute throughput error; peak memory error like with like",
-                        title_justify="left")
-        for col in (key, "runs", "median", "p90", "mean", "max", "memory runs", "memory median", "memory p90",
-                    "not fitting"):
-            summary.add_column(col, justify="left" if col == key else "right")
-        for row in rows:
-            summary.add_row(str(row[key]), str(row["runs"]), _pct(row["median_abs_error"]), _pct(row["p90_abs_error"]),
-                            _pct(row["mean_abs_error"]), _pct(row["max_abs_error"]), str(row["memory_runs"]),
-                            _pct(row["memory_median_abs_error"]), _pct(row["memory_p90_abs_error"]),
-                            str(row["predicted_not_to_fit"]))
-        console.print(summary)
+    for title, summary, key in (("By tier", by_tier, "tier"), ("By group", by_group, "group")):
+        columns = [Column(key, left=True, wrap=True), Column("runs"), Column("median"), Column("p90"),
+                   Column("mean", drop=4), Column("max", drop=3), Column("memory runs", "mem runs", drop=5),
+                   Column("memory median", "mem med"), Column("memory p90", "mem p90", drop=2),
+                   Column("not fitting", "no fit", drop=1)]
+        rows = [[str(row[key]), str(row["runs"]), _pct(row["median_abs_error"]), _pct(row["p90_abs_error"]),
+                 _pct(row["mean_abs_error"]), _pct(row["max_abs_error"]), str(row["memory_runs"]),
+                 _pct(row["memory_median_abs_error"]), _pct(row["memory_p90_abs_error"]),
+                 str(row["predicted_not_to_fit"])] for row in summary]
+        console.print(fitted_table(f"{title}: absolute throughput error; peak memory error like with like",
+                                   [(columns, rows)]))
 
 
 def _show_cross_validation(held: list[HeldOut], json_out: bool) -> None:
@@ -146,16 +140,14 @@ def _show_cross_validation(held: list[HeldOut], json_out: bool) -> None:
     if json_out:
         print_json({"groups": rows, "overall": overall})
         return
-    table = Table(title="Leave one group out: each group predicted with its stack's knobs refitted on the other "
-                        "groups", title_justify="left")
-    for col in ("group", "stack", "knobs", "runs", "median", "p90"):
-        table.add_column(col, justify="left" if col in ("group", "stack", "knobs") else "right")
-    for row in rows:
-        table.add_row(row["group"], row["stack"], "refitted" if row["refitted"] else "prior / uncalibrated",
-                      str(row["runs"]), _pct(row["median_abs_error"]), _pct(row["p90_abs_error"]))
-    table.add_row("all", "", "", str(overall["runs"]), _pct(overall["median_abs_error"]),
-                  _pct(overall["p90_abs_error"]))
-    console.print(table)
+    columns = [Column("group", left=True, wrap=True), Column("stack", left=True, wrap=True),
+               Column("knobs", left=True, wrap=True, drop=1), Column("runs"), Column("median"), Column("p90")]
+    cells = [[row["group"], row["stack"], "refitted" if row["refitted"] else "prior / uncalibrated",
+              str(row["runs"]), _pct(row["median_abs_error"]), _pct(row["p90_abs_error"])] for row in rows]
+    cells.append(["all", "", "", str(overall["runs"]), _pct(overall["median_abs_error"]),
+                  _pct(overall["p90_abs_error"])])
+    console.print(fitted_table("Leave one group out: each group predicted with its stack's knobs refitted on the "
+                               "other groups", [(columns, cells)]))
 
 
 def _show_ranks(ranks: list[RankResult], json_out: bool) -> None:
@@ -168,19 +160,16 @@ def _show_ranks(ranks: list[RankResult], json_out: bool) -> None:
             "why": _why(k),
         } for k in ranks]})
         return
-    table = Table(title="Published layouts among all layouts (predicted tokens/s/GPU)", title_justify="left")
-    for col in ("run", "published", "planner's best", "gap", "rank", "best layout"):
-        table.add_column(col, justify="left" if col in ("run", "best layout") else "right")
-    for k in ranks:
-        best = k.best
-        table.add_row(k.result.run.id, f"{k.result.predicted:,.1f}",
-                      f"{best.tokens_per_s_per_gpu:,.1f}" if best else "-", _pct(k.gap),
-                      "does not fit" if k.rank is None else f"{k.rank:,} of {k.searched + k.left:,}"
-                      + (f" ({k.left:,} left)" if k.left else ""),
-                      best.strategy.describe(best.gpus) if best else "nothing fits")
-    console.print(table)
+    columns = [Column("run", left=True, wrap=True), Column("published", "pub"), Column("planner's best", "best"),
+               Column("gap"), Column("rank", wrap=True), Column("best layout", left=True, wrap=True)]
+    rows = [[k.result.run.id, f"{k.result.predicted:,.1f}",
+             f"{k.best.tokens_per_s_per_gpu:,.1f}" if k.best else "-", _pct(k.gap),
+             "does not fit" if k.rank is None else f"{k.rank:,} of {k.searched + k.left:,}"
+             + (f" ({k.left:,} left)" if k.left else ""),
+             k.best.strategy.describe(k.best.gpus) if k.best else "nothing fits"] for k in ranks]
+    console.print(fitted_table("Published layouts among all layouts (predicted tokens/s/GPU)", [(columns, rows)]))
     if any(k.left for k in ranks):
-        console.print("[bold yellow]Incomplete:[/] the time limit stopped the searches marked 'left'; their rank "
+        console.print("Incomplete: the time limit stopped the searches marked 'left'; their rank "
                       "counts only the layouts searched and their best is the best found so far.", highlight=False)
     for k in ranks:
         if k.gap is not None and k.gap > 0.15:

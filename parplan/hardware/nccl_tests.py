@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parplan._input import read_text
+from parplan._mapping import MAX_INT
 from parplan.errors import ConfigError
 from parplan.hardware.samples import COLLECTIVES, CollectiveSample, busbw_factor
 
@@ -165,6 +166,8 @@ def _header_layout(line: str) -> _Layout | None:
 def _row(tokens: list[str], layout: _Layout | None) -> list[_Half]:
     """The measured halves of a data row; [] when the line is not one (noise, partial line)."""
     if len(tokens) < 9 or not (tokens[0].isdigit() and tokens[1].isdigit()) or _number(tokens[2]) is not None:
+        return []
+    if int(tokens[0]) > MAX_INT:  # a size no buffer has: a mangled line, not a measurement
         return []
     if layout is None:
         # Pre-2022 rows lack `root`: 12 tokens (or 20 with -I); later rows have 13, 21, or 15 with -S.

@@ -17,12 +17,13 @@ A cluster file has the preset schema (see parplan/data/hardware/h100.yaml)::
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from parplan._input import read_yaml
-from parplan._mapping import dataclass_from_mapping
+from parplan._input import exists, read_yaml
+from parplan._mapping import Fields, dataclass_from_mapping
 from parplan._resources import data_dir
 from parplan.errors import ConfigError, UnknownPresetError
 from parplan.hardware.spec import Calibration, ClusterSpec, GPUSpec, LinkSpec
@@ -54,45 +55,29 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def cluster_from_dict(data: dict[str, Any], *, file: str, gpus: int | None = None) -> ClusterSpec:
-    for key in data:
-        if key not in _TOP:
-            raise ConfigError(f"unknown field; allowed: {', '.join(sorted(_TOP))}", file=file, field=key)
+    top = Fields(data, file).allow(_TOP)
     fits = data.get("fits") or {}
-    if data.get("base") is not None:
-        base_name = data["base"]
-        if base_name not in preset_names():
-            raise UnknownPresetError("cluster", str(base_name), preset_names())
-        data = _merge(_read_yaml(data_dir("hardware") / f"{base_name}.yaml"),
+    if top.has("base"):
+        base_name = top.str("base")
+        if base_name.lower() not in preset_names():
+            raise UnknownPresetError("cluster", base_name, preset_names())
+        data = _merge(_read_yaml(data_dir("hardware") / f"{base_name.lower()}.yaml"),
                       {k: v for k, v in data.items() if k not in ("base", "fits", "measurements")})
-    for key in ("name", "gpu", "node", "scaleup", "scaleout"):
-        if data.get(key) is None:
-            raise ConfigError("required field is missing", file=file, field=key)
-    node = data["node"]
-    if not isinstance(node, dict):
-        raise ConfigError("expected a mapping", file=file, field="node")
-    gpn = node.get("gpus_per_node")
-    if not isinstance(gpn, int) or isinstance(gpn, bool) or gpn < 1:
-        raise ConfigError(f"expected a positive integer, got {gpn!r}", file=file, field="node.gpus_per_node")
-    domain = node.get("scaleup_domain", gpn)
-    extra = set(node) - {"gpus_per_node", "scaleup_domain"}
-    if extra:
-        raise ConfigError("unknown field; allowed: gpus_per_node, scaleup_domain", file=file,
-                          field=f"node.{sorted(extra)[0]}")
-    total = gpus if gpus is not None else data.get("gpus", gpn)
-    sources = data.get("sources") or {}
-    if not isinstance(sources, dict):
-        raise ConfigError("expected a mapping of field -> source", file=file, field="sources")
+        top = Fields(data, file)
+    node = top.mapping("node").allow({"gpus_per_node", "scaleup_domain"})
+    gpn = node.int("gpus_per_node", min=1)
+    sources = top.mapping("sources", None)
     return ClusterSpec(
-        name=str(data["name"]),
-        description=str(data.get("description", "")),
-        gpu=dataclass_from_mapping(GPUSpec, data["gpu"], file, "gpu"),
-        gpus=total,
+        name=top.str("name"),
+        description=top.str("description", ""),
+        gpu=dataclass_from_mapping(GPUSpec, top.mapping("gpu").data, file, "gpu"),
+        gpus=gpus if gpus is not None else top.int("gpus", gpn, min=1),
         gpus_per_node=gpn,
-        scaleup_domain=domain,
-        scaleup=dataclass_from_mapping(LinkSpec, data["scaleup"], file, "scaleup"),
-        scaleout=dataclass_from_mapping(LinkSpec, data["scaleout"], file, "scaleout"),
+        scaleup_domain=node.int("scaleup_domain", gpn, min=1),
+        scaleup=dataclass_from_mapping(LinkSpec, top.mapping("scaleup").data, file, "scaleup"),
+        scaleout=dataclass_from_mapping(LinkSpec, top.mapping("scaleout").data, file, "scaleout"),
         calibration=dataclass_from_mapping(Calibration, data.get("calibration") or {}, file, "calibration"),
-        sources={str(k): str(v) for k, v in sources.items()},
+        sources={key: sources.str(key) for key in sources.data} if sources else {},
         measured=_measured(fits),
         source=file,
     )
@@ -105,8 +90,10 @@ def _measured(fits: Any) -> dict[str, str]:
         if not isinstance(report, dict):
             continue
         rms = report.get("rms_rel_error")
-        note = f"measured ({kind} fit" + (f", rms error {rms:.1%})" if isinstance(rms, float) else ")")
-        for path in report.get("sets", []):
+        note = f"measured ({kind} fit" + (f", rms error {rms:.1%})" if isinstance(rms, float)
+                                          and math.isfinite(rms) else ")")
+        sets = report.get("sets")
+        for path in sets if isinstance(sets, list) else ():
             out[str(path)] = note
     return out
 
@@ -127,14 +114,12 @@ def load_cluster(name_or_path: str | Path | ClusterSpec, *, gpus: int | None = N
             spec = _preset(text.lower())
         else:
             path = Path(text).expanduser()
-            if path.is_file():
+            if exists(path):  # the door reports a directory, a device or a binary file as such
                 spec = cluster_from_dict(_read_yaml(path), file=str(path))
             elif path.suffix in (".yaml", ".yml") or "/" in text:
                 raise ConfigError("no such file", file=text)
             else:
                 raise UnknownPresetError("cluster", text, preset_names())
     if gpus is not None:
-        if gpus < 1:
-            raise ConfigError(f"must be >= 1, got {gpus}", field="gpus")
         spec = spec.with_gpus(gpus)
     return spec

@@ -24,7 +24,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from parplan._input import read_yaml
+from parplan._input import exists, read_yaml
 from parplan.errors import ConfigError
 from parplan.hardware.efficiency import NCCL_BASE_US, RING_PASSES, Collective, uses_nvls
 from parplan.hardware.fit import fit_attention, fit_collectives, fit_gemm_curve, fit_memory
@@ -120,7 +120,7 @@ def write_profile(path: str | Path, base: str, new: ProfileSamples, *, name: str
     path = Path(path)
     mapping: dict[str, Any] = {}
     old = None
-    if path.exists():
+    if exists(path):
         mapping, old = read_profile(path)
         base = mapping.get("base", base)
     samples = merge_samples(old, new)

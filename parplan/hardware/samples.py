@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from parplan._input import read_yaml, write_yaml
-from parplan._mapping import dataclass_from_mapping
+from parplan._mapping import Fields, dataclass_from_mapping, require
 from parplan.errors import ConfigError
 from parplan.hardware.efficiency import Collective
+from parplan.limits import MAX_GPUS
 
 COLLECTIVES = (*(c.value for c in Collective), "broadcast")
 """Collective names of samples: the cost model's `Collective` values, plus broadcast (nccl-tests has it)."""
@@ -48,6 +50,19 @@ def busbw_factor(collective: str, ranks: int) -> float:
     if collective in ("send_recv", "broadcast"):
         return 1.0
     raise ValueError(f"unknown collective {collective!r}; known: {', '.join(COLLECTIVES)}")
+
+
+def _sizes(**values: int) -> list[tuple[str, bool, str]]:
+    """Checks that each size is a positive count."""
+    return [(name, value >= 1, f"must be >= 1, got {value!r}") for name, value in values.items()]
+
+
+def _measured(**values: float) -> list[tuple[str, bool, str]]:
+    """Checks that each measured time or rate is positive (a time) or non-negative (a rate) and finite:
+    `_mapping.Fields` already refuses NaN and inf in files; samples built in code meet the same rule."""
+    return [(name, (value > 0 if name.endswith("_us") else value >= 0) and math.isfinite(value),
+             f"must be {'positive' if name.endswith('_us') else '>= 0'} and finite, got {value!r}")
+            for name, value in values.items()]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,6 +92,15 @@ class CollectiveSample:
     dtype: str = ""
     """Element type as the measurement names it (nccl-tests 'float', 'bfloat16'; bench 'fp32', 'bf16')."""
 
+    def __post_init__(self) -> None:
+        require([
+            ("collective", self.collective in COLLECTIVES, f"unknown collective; known: {', '.join(COLLECTIVES)}"),
+            ("size_bytes", self.size_bytes >= 0, "must be >= 0"),
+            ("ranks", 1 <= self.ranks <= MAX_GPUS, f"must lie in 1..{MAX_GPUS:,}"),
+            ("ranks_per_node", 1 <= self.ranks_per_node <= MAX_GPUS, f"must lie in 1..{MAX_GPUS:,}"),
+            *_measured(time_us=self.time_us, algbw_gbps=self.algbw_gbps, busbw_gbps=self.busbw_gbps),
+        ])
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GemmSample:
@@ -96,6 +120,9 @@ class GemmSample:
     """Achieved throughput 2·m·n·k / time, TFLOP/s (1e12)."""
     device: str
     """Device name (torch.cuda.get_device_name, or 'cpu')."""
+
+    def __post_init__(self) -> None:
+        require([*_sizes(m=self.m, n=self.n, k=self.k), *_measured(time_us=self.time_us, tflops=self.tflops)])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,6 +148,10 @@ class AttentionSample:
     dtype: str = "bf16"
     """Element type of q, k and v."""
 
+    def __post_init__(self) -> None:
+        require([*_sizes(batch=self.batch, heads=self.heads, seq=self.seq, head_dim=self.head_dim),
+                 *_measured(fwd_us=self.fwd_us, bwd_us=self.bwd_us)])
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MemorySample:
@@ -134,6 +165,9 @@ class MemorySample:
     """Memory traffic (read + write = 2 × size_bytes) / time, GB/s (1e9 B/s)."""
     device: str
     """Device name."""
+
+    def __post_init__(self) -> None:
+        require([*_sizes(size_bytes=self.size_bytes), *_measured(time_us=self.time_us, gbps=self.gbps)])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,7 +195,9 @@ _HEADER = ("date", "device", "torch_version", "nccl_version")
 
 def profile_to_dict(profile: ProfileSamples) -> dict[str, Any]:
     """The ``measurements:`` mapping of a profile (plain YAML-safe types; one mapping per sample)."""
-    out: dict[str, Any] = {name: getattr(profile, name) for name in _HEADER}
+    # str() of each header value: torch.__version__ is a str subclass (TorchVersion) safe_dump cannot write.
+    out: dict[str, Any] = {name: None if getattr(profile, name) is None else str(getattr(profile, name))
+                           for name in _HEADER}
     for name in _LISTS:
         out[name] = [_plain(s) for s in getattr(profile, name)]
     return out
@@ -195,32 +231,18 @@ def read_profile_samples(path: str | Path) -> ProfileSamples:
 
 def profile_from_dict(raw: Mapping[str, Any], *, file: str) -> ProfileSamples:
     """Check and convert a ``measurements:`` mapping; errors name the file and the sample's field."""
-    unknown = set(raw) - set(_HEADER) - set(_LISTS)
-    if unknown:
-        raise ConfigError(f"unknown field; allowed: {', '.join((*_HEADER, *_LISTS))}", file=file,
-                          field=f"measurements.{sorted(unknown)[0]}")
+    f = Fields(raw, file, "measurements").allow((*_HEADER, *_LISTS))
     date = raw.get("date")
     if isinstance(date, datetime.date):  # YAML reads an unquoted 2026-07-01 as a date
-        date = date.isoformat()
-    header: dict[str, Any] = {"date": date, "device": raw.get("device"),
-                              "torch_version": raw.get("torch_version"), "nccl_version": raw.get("nccl_version")}
-    for name, value in header.items():
-        optional = name in ("torch_version", "nccl_version")
-        if not (isinstance(value, str) or (optional and value is None)):
-            raise ConfigError(f"expected a string, got {value!r}", file=file, field=f"measurements.{name}")
-    lists: dict[str, tuple[Any, ...]] = {}
-    for name, cls in _LISTS.items():
-        rows = raw.get(name) or []
-        if not isinstance(rows, list):
-            raise ConfigError("expected a list", file=file, field=f"measurements.{name}")
-        lists[name] = tuple(_sample(cls, row, file, f"measurements.{name}[{i}]") for i, row in enumerate(rows))
+        f = Fields({**raw, "date": date.isoformat()}, file, "measurements")
+    header = {"date": f.str("date"), "device": f.str("device"),
+              **{name: f.str(name, None) for name in ("torch_version", "nccl_version")}}
+    lists = {name: tuple(_sample(cls, row, file, f"measurements.{name}[{i}]")
+                         for i, row in enumerate(f.list(name, [])))
+             for name, cls in _LISTS.items()}
     return ProfileSamples(**header, **lists)
 
 
 def _sample(cls: type, row: Any, file: str, where: str) -> Any:
-    """One sample dataclass from its mapping; a collective sample must name a known collective."""
-    sample = dataclass_from_mapping(cls, row, file, where)
-    if cls is CollectiveSample and sample.collective not in COLLECTIVES:
-        raise ConfigError(f"unknown collective; known: {', '.join(COLLECTIVES)}", file=file,
-                          field=f"{where}.collective")
-    return sample
+    """One sample dataclass from its mapping (its own checks name the field)."""
+    return dataclass_from_mapping(cls, row, file, where)

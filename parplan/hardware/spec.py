@@ -10,9 +10,25 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from parplan.errors import ConfigError
+from parplan._mapping import require
+from parplan.limits import MAX_GPUS
 
 DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32")
+_HUGE = 1e9
+"""Upper bound of every hardware quantity in its unit (TFLOP/s, GB/s, GiB, µs): a million times today's
+GPUs and links, so only the absurd is refused, and products of such numbers stay finite."""
+
+
+def _positive(value: float | None, optional: bool = False) -> bool:
+    return (optional and value is None) or (value is not None and 0 < value <= _HUGE)
+
+
+def _non_negative(value: float | None, optional: bool = False) -> bool:
+    return (optional and value is None) or (value is not None and 0 <= value <= _HUGE)
+
+
+def _fraction(value: float) -> bool:
+    return 0 < value <= 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,11 +80,27 @@ class GPUSpec:
     (default: a DGX H100's two 8-channel DDR5-4800 sockets, 614 GB/s, over 8 GPUs)."""
 
     def __post_init__(self) -> None:
-        for key in self.peak_tflops:
-            if key not in DTYPES:
-                raise ConfigError(f"unknown dtype '{key}'; known: {', '.join(DTYPES)}", field="peak_tflops")
-        if "bf16" not in self.peak_tflops:
-            raise ConfigError("bf16 peak is required", field="peak_tflops.bf16")
+        unknown = [key for key in (*self.peak_tflops, *self.gemm_peak_fraction) if key not in DTYPES]
+        require([
+            ("peak_tflops", not unknown,
+             f"unknown dtype '{unknown[0] if unknown else ''}'; known: {', '.join(DTYPES)}"),
+            ("peak_tflops.bf16", "bf16" in self.peak_tflops, "bf16 peak is required"),
+            *((f"peak_tflops.{k}", _positive(v), f"must be positive (at most {_HUGE:g}), got {v!r}")
+              for k, v in self.peak_tflops.items()),
+            *((f"gemm_peak_fraction.{k}", _fraction(v), f"must lie in (0, 1], got {v!r}")
+              for k, v in self.gemm_peak_fraction.items()),
+            ("sm_count", 1 <= self.sm_count <= 2**20, f"must lie in 1..{2**20:,}, got {self.sm_count!r}"),
+            ("hbm_gib", _positive(self.hbm_gib), f"must be positive, got {self.hbm_gib!r}"),
+            ("hbm_tbps", _positive(self.hbm_tbps), f"must be positive, got {self.hbm_tbps!r}"),
+            ("hbm_efficiency", _fraction(self.hbm_efficiency), f"must lie in (0, 1], got {self.hbm_efficiency!r}"),
+            ("gemm_best_shape", all(1 <= v <= 2**24 for v in self.gemm_best_shape), "must be positive sizes"),
+            ("gemm_tile", all(1 <= v <= 2**16 for v in self.gemm_tile), "must be positive sizes"),
+            ("gemm_tile_overhead_us", _non_negative(self.gemm_tile_overhead_us), "must be >= 0"),
+            ("kernel_launch_us", _non_negative(self.kernel_launch_us), "must be >= 0"),
+            ("attention_fwd_fraction", _fraction(self.attention_fwd_fraction), "must lie in (0, 1]"),
+            ("attention_bwd_fraction", _fraction(self.attention_bwd_fraction), "must lie in (0, 1]"),
+            ("attention_half_seq", 0 <= self.attention_half_seq <= 2**30, "must lie in 0..2^30 tokens"),
+        ])
 
     @property
     def supports_fp8(self) -> bool:
@@ -102,6 +134,17 @@ class LinkSpec:
     per_peer_gbps: float | None = None
     """Full-mesh fabrics (MI300X xGMI): bandwidth to one peer, GB/s; a group of g GPUs gets (g-1)×."""
 
+    def __post_init__(self) -> None:
+        require([
+            ("bandwidth_gbps", _positive(self.bandwidth_gbps), f"must be positive, got {self.bandwidth_gbps!r}"),
+            ("busbw_gbps", _positive(self.busbw_gbps), f"must be positive, got {self.busbw_gbps!r}"),
+            ("allreduce_busbw_gbps", _positive(self.allreduce_busbw_gbps, optional=True), "must be positive"),
+            ("per_peer_gbps", _positive(self.per_peer_gbps, optional=True), "must be positive"),
+            ("ring_step_us", _non_negative(self.ring_step_us), f"must be >= 0, got {self.ring_step_us!r}"),
+            ("tree_step_us", _non_negative(self.tree_step_us), f"must be >= 0, got {self.tree_step_us!r}"),
+            ("nvls_us", _non_negative(self.nvls_us, optional=True), "must be >= 0"),
+        ])
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Calibration:
@@ -117,6 +160,13 @@ class Calibration:
     per channel, the data staged through HBM), so the share is the NVLink one: DeepSeek-V3 §3.2.2 gives 20 of
     the H800's 132 SMs (15%) to communication kernels. (Calculon's 2% for InfiniBand tiers left fms-fsdp's
     and MaxText's FSDP traffic free.)"""
+
+    def __post_init__(self) -> None:
+        require([
+            ("compute_scale", 0.01 <= self.compute_scale <= 100, f"must lie in 0.01..100, got {self.compute_scale!r}"),
+            ("nvlink_overlap_cost", 0 <= self.nvlink_overlap_cost < 1, "must lie in [0, 1)"),
+            ("nic_overlap_cost", 0 <= self.nic_overlap_cost < 1, "must lie in [0, 1)"),
+        ])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,13 +193,14 @@ class ClusterSpec:
     """Preset name or file path."""
 
     def __post_init__(self) -> None:
-        if self.gpus < 1:
-            raise ConfigError(f"must be >= 1, got {self.gpus}", file=self.source or None, field="gpus")
-        if self.gpus_per_node < 1:
-            raise ConfigError("must be >= 1", file=self.source or None, field="gpus_per_node")
-        if self.scaleup_domain % self.gpus_per_node:
-            raise ConfigError("must be a multiple of gpus_per_node", file=self.source or None,
-                              field="scaleup_domain")
+        require([
+            ("gpus", 1 <= self.gpus <= MAX_GPUS, f"must lie in 1..{MAX_GPUS:,}, got {self.gpus!r}"),
+            ("node.gpus_per_node", 1 <= self.gpus_per_node <= 2**16,
+             f"must lie in 1..{2**16:,}, got {self.gpus_per_node!r}"),
+            ("node.scaleup_domain", 1 <= self.scaleup_domain <= MAX_GPUS
+             and self.scaleup_domain % self.gpus_per_node == 0,
+             f"must be a positive multiple of gpus_per_node ({self.gpus_per_node}), got {self.scaleup_domain!r}"),
+        ], file=self.source or None)
 
     def with_gpus(self, gpus: int) -> ClusterSpec:
         """The same cluster with another total GPU count (`--gpus N`)."""

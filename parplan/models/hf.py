@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from parplan._input import read_json
+from parplan._mapping import _MISSING, Fields
 from parplan.errors import ConfigError, UnsupportedModelError
 from parplan.models.spec import (
+    RANGES,
     AttentionSpec,
     IndexerSpec,
     LinearAttentionSpec,
@@ -24,92 +26,56 @@ from parplan.models.spec import (
     MoESpec,
 )
 
-_MISSING = object()
+_KEYS: dict[str, str] = {
+    "hidden_size": "hidden", "n_embd": "hidden", "num_hidden_layers": "layers", "n_layer": "layers",
+    "vocab_size": "vocab", "max_position_embeddings": "max_position", "n_positions": "max_position",
+    "num_nextn_predict_layers": "mtp_layers", "num_attention_heads": "attention.heads", "n_head": "attention.heads",
+    "num_key_value_heads": "attention.kv_heads", "head_dim": "attention.head_dim",
+    "sliding_window": "attention.sliding_window", "q_lora_rank": "attention.mla.q_lora_rank",
+    "kv_lora_rank": "attention.mla.kv_lora_rank", "qk_nope_head_dim": "attention.mla.qk_nope_head_dim",
+    "qk_rope_head_dim": "attention.mla.qk_rope_head_dim", "v_head_dim": "attention.mla.v_head_dim",
+    "intermediate_size": "mlp.ffn", "n_inner": "mlp.ffn", "moe_intermediate_size": "moe.expert_ffn",
+    "num_local_experts": "moe.experts", "num_experts": "moe.experts", "n_routed_experts": "moe.experts",
+    "num_experts_per_tok": "moe.top_k", "experts_per_token": "moe.top_k", "n_shared_experts": "moe.shared_experts",
+    "shared_expert_intermediate_size": "moe.shared_ffn", "first_k_dense_replace": "moe.first_k_dense",
+    "moe_layer_freq": "moe.layer_freq", "decoder_sparse_step": "moe.layer_freq", "n_group": "moe.n_group",
+    "topk_group": "moe.topk_group",
+}
+"""Hugging Face key -> the ModelSpec field it sets: its range (spec.RANGES) is checked as the key is read,
+and a rule the built spec breaks is reported under the key the file used."""
 
 
-class _Fields:
-    """Typed access to a config dict; every error names the file and the field."""
+class _Fields(Fields):
+    """A config's fields: each integer key is read with the range of the ModelSpec field it sets."""
 
-    def __init__(self, data: dict[str, Any], file: str) -> None:
-        self.data = data
-        self.file = file
-
-    def has(self, key: str) -> bool:
-        return self.data.get(key) is not None
-
-    def _get(self, key: str, default: Any) -> Any:
-        value = self.data.get(key)
-        if value is None:
-            if default is _MISSING:
-                raise ConfigError("required field is missing", file=self.file, field=key)
-            return default
-        return value
-
-    def int(self, key: str, default: Any = _MISSING) -> int:
-        value = self._get(key, default)
-        if value is default and default is not _MISSING:
-            return value
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-            raise ConfigError(f"expected an integer, got {value!r}", file=self.file, field=key)
-        return int(value)
-
-    def float(self, key: str, default: Any = _MISSING) -> float:
-        value = self._get(key, default)
-        if value is default and default is not _MISSING:
-            return value
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"expected a number, got {value!r}", file=self.file, field=key)
-        return float(value)
-
-    def bool(self, key: str, default: Any = _MISSING) -> bool:
-        value = self._get(key, default)
-        if not isinstance(value, bool):
-            raise ConfigError(f"expected true or false, got {value!r}", file=self.file, field=key)
-        return value
-
-    def str(self, key: str, default: Any = _MISSING) -> str:
-        value = self._get(key, default)
-        if value is default and default is not _MISSING:
-            return value
-        if not isinstance(value, str):
-            raise ConfigError(f"expected a string, got {value!r}", file=self.file, field=key)
-        return value
-
-    def int_list(self, key: str) -> list[int]:
-        value = self._get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, int) for v in value):
-            raise ConfigError(f"expected a list of integers, got {value!r}", file=self.file, field=key)
-        return value
+    def int(self, key: str, default: Any = _MISSING, *, min: int | None = None, max: int | None = None) -> Any:
+        lo, hi = RANGES.get(_KEYS.get(key, ""), (min, max))
+        return super().int(key, default, min=lo, max=hi)
 
 
 def _rope(f: _Fields) -> tuple[float | None, str | None]:
     """rope_theta and scaling type from either the legacy or the v5 keys."""
-    params = f.data.get("rope_parameters")
-    if params is None:
-        params = f.data.get("rope_scaling")
-    if params is not None and not isinstance(params, dict):
-        key = "rope_parameters" if "rope_parameters" in f.data else "rope_scaling"
-        raise ConfigError(f"expected a mapping, got {params!r}", file=f.file, field=key)
-    params = params or {}
-    theta = params.get("rope_theta", f.data.get("rope_theta", f.data.get("rotary_emb_base")))
-    if theta is not None and (isinstance(theta, bool) or not isinstance(theta, (int, float))):
-        raise ConfigError(f"expected a number, got {theta!r}", file=f.file, field="rope_theta")
-    kind = params.get("rope_type", params.get("type"))
-    if kind == "default":
-        kind = None
-    return (float(theta) if theta is not None else None), kind
+    key = "rope_parameters" if f.has("rope_parameters") else "rope_scaling"
+    params = f.mapping(key, None) or _Fields({}, f.file, key)
+    theta = None
+    for where, name in ((params, "rope_theta"), (f, "rope_theta"), (f, "rotary_emb_base")):
+        if where.has(name):
+            theta = where.float(name, above=0)
+            break
+    kind = params.str("rope_type", None) if params.has("rope_type") else params.str("type", None)
+    return theta, (None if kind == "default" else kind)
 
 
 def _dtype(f: _Fields) -> str | None:
-    value = f.data.get("dtype", f.data.get("torch_dtype"))
-    return str(value) if value is not None else None
+    return f.str("dtype", None) if f.has("dtype") else f.str("torch_dtype", None)
 
 
 _DROPOUT_KEYS = ("attn_pdrop", "resid_pdrop", "attention_dropout", "hidden_dropout", "hidden_dropout_prob")
 
 
 def _dropout(f: _Fields) -> bool:
-    return any(f.float(key, 0.0) > 0 for key in _DROPOUT_KEYS)
+    rates = [f.float(key, 0.0, min=0, max=1) for key in _DROPOUT_KEYS]  # every key checked, not the first > 0
+    return any(rate > 0 for rate in rates)
 
 
 def _common(f: _Fields, name: str, family: str, **kw: Any) -> dict[str, Any]:
@@ -132,14 +98,12 @@ _LAYER_TYPES = {"full_attention", "sliding_attention", "linear_attention"}
 
 def _layer_counts(f: _Fields, layers: int, *, linear: bool) -> tuple[int, int]:
     """(sliding, linear) layer counts from `layer_types`; linear_attention only where the reader models it."""
-    layer_types = f.data.get("layer_types")
+    layer_types = f.list("layer_types", None)
     if layer_types is None:
         return 0, 0
     allowed = _LAYER_TYPES if linear else _LAYER_TYPES - {"linear_attention"}
-    if (not isinstance(layer_types, list) or len(layer_types) != layers
-            or any(t not in allowed for t in layer_types)):
-        raise ConfigError(f"expected a list of {layers} layer types out of {', '.join(sorted(allowed))}",
-                          file=f.file, field="layer_types")
+    if len(layer_types) != layers or any(t not in allowed for t in layer_types):
+        raise f.error("layer_types", f"expected a list of {layers} layer types out of {', '.join(sorted(allowed))}")
     return layer_types.count("sliding_attention"), layer_types.count("linear_attention")
 
 
@@ -152,12 +116,14 @@ def _llama_like(f: _Fields, name: str, family: str, *, qkv_bias: bool, qk_norm: 
     layers = f.int("num_hidden_layers")
     sliding_window = None
     sliding_layers, linear_layers = _layer_counts(f, layers, linear=linear is not None)
-    if (f.data.get("layer_types") is None and f.data.get("sliding_window") is not None
-            and f.data.get("use_sliding_window", True)):
+    if not f.has("layer_types") and f.has("sliding_window") and f.bool("use_sliding_window", True):
         # Mistral v0.1 style: every layer slides (Qwen sets use_sliding_window: false).
         sliding_layers = layers
     if sliding_layers:
         sliding_window = f.int("sliding_window")
+    if not f.has("head_dim") and hidden < heads:
+        raise f.error("hidden_size", f"must be at least num_attention_heads ({heads}): head_dim is hidden_size / "
+                                     "num_attention_heads when the config gives none")
     spec = AttentionSpec(
         heads=heads,
         kv_heads=f.int("num_key_value_heads", heads),
@@ -191,7 +157,7 @@ def _llama_like(f: _Fields, name: str, family: str, *, qkv_bias: bool, qk_norm: 
 def _sparse_step_layers(f: _Fields, layers: int) -> tuple[bool, ...]:
     """Qwen-MoE rule: MoE iff i not in mlp_only_layers and (i+1) % decoder_sparse_step == 0."""
     step = f.int("decoder_sparse_step", 1)
-    dense = set(f.int_list("mlp_only_layers"))
+    dense = set(f.int_list("mlp_only_layers", min=0))
     return tuple(i not in dense and (i + 1) % step == 0 for i in range(layers))
 
 
@@ -299,12 +265,10 @@ def _read_minimax_m2(f: _Fields, name: str) -> ModelSpec:
     layers = f.int("num_hidden_layers")
     types = f.data.get("attn_type_list")
     if types is not None and (not isinstance(types, list) or any(t != 1 for t in types)):
-        raise ConfigError("only full attention (every entry 1) is modelled for minimax_m2", file=f.file,
-                          field="attn_type_list")
+        raise f.error("attn_type_list", "only full attention (every entry 1) is modelled for minimax_m2")
     norm_type = f.str("qk_norm_type", "per_layer")
     if norm_type not in ("per_layer", "per_head"):
-        raise ConfigError(f"expected 'per_layer' or 'per_head', got {norm_type!r}", file=f.file,
-                          field="qk_norm_type")
+        raise f.error("qk_norm_type", f"expected 'per_layer' or 'per_head', got {norm_type!r}")
     qk_norm = f.bool("use_qk_norm", False)
     shared_ffn = f.int("shared_intermediate_size", 0)
     moe = MoESpec(experts=f.int("num_local_experts"), top_k=f.int("num_experts_per_tok"),
@@ -331,13 +295,14 @@ def _read_llama4(f: _Fields, name: str) -> ModelSpec:
                   layers=tuple(i in set(moe_layers) for i in range(layers)))
     rope = f.int_list("no_rope_layers")
     if rope and len(rope) < layers:
-        raise ConfigError(f"expected at least {layers} entries", file=f.file, field="no_rope_layers")
+        raise f.error("no_rope_layers", f"expected at least {layers} entries")
     interval = f.int("no_rope_layer_interval", 4)
     rope_layers = sum(rope[:layers]) if rope else sum(1 for i in range(layers) if (i + 1) % interval)
     chunk = f.int("attention_chunk_size", 0)
     data = dict(f.data)
     data.pop("layer_types", None)  # Llama 4's layer_types name chunked/full, already read from no_rope_layers
-    spec = _llama_like(_Fields(data, f.file), name, "llama4", qkv_bias=f.bool("attention_bias", False), moe=moe)
+    spec = _llama_like(_Fields(data, f.file, f.section), name, "llama4", qkv_bias=f.bool("attention_bias", False),
+                       moe=moe)
     # use_qk_norm is a weightless L2 norm in Llama 4: no parameters.
     attention = spec.attention
     if chunk:
@@ -354,7 +319,7 @@ def _read_qwen3_5_moe(f: _Fields, name: str) -> ModelSpec:
     if f.data.get("layer_types") is None:
         interval = f.int("full_attention_interval", 4)
         f = _Fields({**f.data, "layer_types": ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
-                                               for i in range(layers)]}, f.file)
+                                               for i in range(layers)]}, f.file, f.section)
     linear = LinearAttentionSpec(
         key_heads=f.int("linear_num_key_heads"), value_heads=f.int("linear_num_value_heads"),
         key_head_dim=f.int("linear_key_head_dim"), value_head_dim=f.int("linear_value_head_dim"),
@@ -364,7 +329,7 @@ def _read_qwen3_5_moe(f: _Fields, name: str) -> ModelSpec:
                   expert_ffn=f.int("moe_intermediate_size"), shared_experts=1 if shared_ffn else 0,
                   shared_ffn=shared_ffn, shared_gate=bool(shared_ffn), layers=_sparse_step_layers(f, layers))
     data = {**f.data, "intermediate_size": f.int("intermediate_size", f.int("moe_intermediate_size"))}
-    spec = _llama_like(_Fields(data, f.file), name, "qwen3_5_moe", qkv_bias=f.bool("attention_bias", False),
+    spec = _llama_like(_Fields(data, f.file, f.section), name, "qwen3_5_moe", qkv_bias=f.bool("attention_bias", False),
                        qk_norm=True, moe=moe, linear=linear, output_gate=f.bool("attn_output_gate", False))
     return dataclasses.replace(spec, mtp_layers=f.int("mtp_num_hidden_layers", 0))
 
@@ -472,8 +437,8 @@ def _read_opt(f: _Fields, name: str) -> ModelSpec:
     embeddings are narrower than the model (project_in/out, opt-350m) are refused."""
     hidden = f.int("hidden_size")
     if f.int("word_embed_proj_dim", hidden) != hidden:
-        raise ConfigError("word embeddings narrower than hidden_size (project_in/out) are not modelled",
-                          file=f.file, field="word_embed_proj_dim")
+        raise f.error("word_embed_proj_dim",
+                      "word embeddings narrower than hidden_size (project_in/out) are not modelled")
     heads = f.int("num_attention_heads")
     bias = f.bool("enable_bias", True)
     attention = AttentionSpec(heads=heads, kv_heads=heads, head_dim=hidden // heads, qkv_bias=bias, out_bias=bias)
@@ -518,19 +483,24 @@ READERS: dict[str, Callable[[_Fields, str], ModelSpec]] = {
 
 
 def model_from_hf_dict(data: dict[str, Any], *, name: str, file: str = "<config>") -> ModelSpec:
-    """Build a ModelSpec from the contents of a Hugging Face config.json."""
+    """Build a ModelSpec from the contents of a Hugging Face config.json; a rule the model breaks is reported
+    under the key the file used (num_key_value_heads rather than attention.kv_heads)."""
     if not isinstance(data, dict):
         raise ConfigError("expected a JSON object at the top level", file=file)
-    text = data.get("text_config")
-    if isinstance(text, dict) and "model_type" in text:
-        data = text
-    model_type = data.get("model_type")
-    if model_type is None:
-        raise ConfigError("required field is missing", file=file, field="model_type")
+    f = _Fields(data, file)
+    if isinstance(data.get("text_config"), dict) and "model_type" in data["text_config"]:
+        f = _Fields(data["text_config"], file, "text_config")
+    model_type = f.str("model_type")
     reader = READERS.get(model_type)
     if reader is None:
-        raise UnsupportedModelError(str(model_type), READERS, file)
-    return reader(_Fields(data, file), name)
+        raise UnsupportedModelError(model_type, READERS, file)
+    try:
+        return reader(f, name)
+    except ConfigError as e:
+        keys = [key for key, spec_field in _KEYS.items() if spec_field == e.field and f.has(key)]
+        if not keys or e.file != file:
+            raise
+        raise ConfigError(f"{e.rule} ({e.field})", file=file, field=f.where(keys[0])) from None
 
 
 def load_hf_config(path: str | Path, *, name: str | None = None) -> ModelSpec:

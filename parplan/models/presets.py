@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from parplan._input import read_yaml
+from parplan._input import exists, read_text, read_yaml
 from parplan._resources import data_dir
 from parplan.errors import ConfigError, UnknownPresetError
 from parplan.models.hf import load_hf_config
@@ -61,10 +61,11 @@ def _load_hub(key: str) -> ModelSpec:
 def load_model_file(path: str | Path) -> ModelSpec:
     """A Hugging Face config.json (.json) or a parplan model file (.yaml/.yml)."""
     path = Path(path)
-    if path.suffix in (".yaml", ".yml"):
+    if path.suffix.lower() in (".yaml", ".yml"):
         return load_model_yaml(path)
-    if path.suffix == ".json":
+    if path.suffix.lower() == ".json":
         return load_hf_config(path)
+    read_text(path)  # a directory, a device or a binary file is reported as such
     raise ConfigError("expected a .json (Hugging Face config) or .yaml/.yml (parplan model) file",
                       file=str(path))
 
@@ -79,7 +80,7 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     if text.lower() in names:
         return _load_preset(text.lower())
     path = Path(text).expanduser()
-    if path.is_file():
+    if exists(path):
         return load_model_file(path)
     if text.lower() in _hub_index():
         return _load_hub(text.lower())

@@ -18,7 +18,45 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from parplan.errors import ConfigError
+from parplan._mapping import require
+
+_LAYERS = 10_000
+"""Ten times the deepest trained transformer: DeepNet's 1,000 layers (Wang et al. 2022, "DeepNet: Scaling
+Transformers to 1,000 Layers")."""
+_WIDTH = 2**20
+"""Forty times the widest published model: Megatron-LM's 1T-parameter GPT, hidden 25,600 (Narayanan et al.
+2021, Table 1)."""
+_FFN = 2**22
+"""Fifty times the widest published MLP: PaLM 540B, 73,728 (Chowdhery et al. 2022, Table 1)."""
+_COUNT = 2**16
+"""Heads, experts, groups: 170 times the most routed experts of a published model (Kimi K2, 384)."""
+_TOKENS = 2**30
+"""Positions and windows: a hundred times Llama 4 Scout's 10M-token context."""
+
+RANGES: dict[str, tuple[int, int]] = {
+    "hidden": (1, _WIDTH), "layers": (1, _LAYERS), "vocab": (1, 2**24), "max_position": (1, _TOKENS),
+    "mtp_layers": (0, _LAYERS),
+    "attention.heads": (1, _COUNT), "attention.kv_heads": (1, _COUNT), "attention.head_dim": (1, _COUNT),
+    "attention.sliding_window": (1, _TOKENS), "attention.sliding_layers": (0, _LAYERS),
+    "attention.mla.q_lora_rank": (0, _WIDTH), "attention.mla.kv_lora_rank": (1, _WIDTH),
+    "attention.mla.qk_nope_head_dim": (0, _COUNT), "attention.mla.qk_rope_head_dim": (0, _COUNT),
+    "attention.mla.v_head_dim": (1, _COUNT),
+    "mlp.ffn": (1, _FFN),
+    "moe.experts": (1, _COUNT), "moe.top_k": (1, _COUNT), "moe.expert_ffn": (1, _FFN),
+    "moe.shared_experts": (0, _COUNT), "moe.shared_ffn": (0, _FFN), "moe.n_group": (1, _COUNT),
+    "moe.topk_group": (1, _COUNT), "moe.first_k_dense": (0, _LAYERS), "moe.layer_freq": (1, _LAYERS),
+}
+"""Field -> (least, largest) accepted value of every integer of a model description (vocab: 64 times Gemma
+3's 262,144). The upper bounds only refuse the absurd (1e9 layers would hang the cost model or exhaust
+memory) with the reason, up front; the readers apply them as they read each key, and ModelSpec checks them
+again for models built in code. moe.first_k_dense and moe.layer_freq are the file formats' rule for which
+layers are MoE (ModelSpec holds the resulting per-layer flags)."""
+
+
+def _field_value(spec: object, path: str) -> object:
+    for part in path.split("."):
+        spec = getattr(spec, part, None) if spec is not None else None
+    return spec
 
 
 class Shard(enum.Enum):
@@ -286,39 +324,46 @@ class ModelSpec:
     """Where the description came from (preset name or file path)."""
 
     def __post_init__(self) -> None:
-        a = self.attention
+        """Every integer within RANGES (an int, not a bool), then the relationships the cost model relies on;
+        the first rule broken is a ConfigError naming the field."""
+        checks = []
+        for path, (lo, hi) in RANGES.items():
+            value = _field_value(self, path)
+            if value is None:
+                continue
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            checks.append((path, whole and lo <= value <= hi,
+                           f"must be an integer in {lo:,}..{hi:,}, got {value!r}" if whole or not isinstance(
+                               value, int | float) else f"must be an integer, got {value!r}"))
+        require(checks, file=self.source or None)
+        a, m = self.attention, self.moe
         checks = [
-            ("hidden", self.hidden > 0, "must be positive"),
-            ("layers", self.layers > 0, "must be positive"),
-            ("vocab", self.vocab > 0, "must be positive"),
-            ("attention.heads", a.heads > 0, "must be positive"),
-            ("attention.kv_heads", a.kv_heads > 0 and a.heads % a.kv_heads == 0,
-             f"must divide the {a.heads} query heads"),
-            ("attention.head_dim", a.head_dim > 0, "must be positive"),
-            ("attention.sliding_layers", 0 <= a.sliding_layers <= self.layers - a.linear_layers,
+            ("attention.kv_heads", a.heads % a.kv_heads == 0, f"must divide the {a.heads} query heads"),
+            ("attention.sliding_layers", a.sliding_layers <= self.layers - a.linear_layers,
              f"must lie in 0..{self.layers - a.linear_layers} (the softmax-attention layers)"),
             ("attention.linear_layers", 0 <= a.linear_layers < self.layers and (a.linear is not None)
              == (a.linear_layers > 0), f"must lie in 0..{self.layers - 1}, with a linear-attention shape"),
-            ("mlp.ffn", self.mlp.ffn > 0, "must be positive"),
             ("norm", self.norm in ("rmsnorm", "layernorm"), "must be 'rmsnorm' or 'layernorm'"),
-            ("position", self.position in ("rope", "learned", "alibi"),
-             "must be 'rope', 'learned' or 'alibi'"),
-            ("mtp_layers", self.mtp_layers >= 0, "must be >= 0"),
+            ("position", self.position in ("rope", "learned", "alibi"), "must be 'rope', 'learned' or 'alibi'"),
+            ("rope_theta", self.rope_theta is None or 0 < self.rope_theta < float("inf"),
+             "must be a positive finite number"),
         ]
-        if self.moe is not None:
-            m = self.moe
+        if a.mla is not None:
+            checks.append(("attention.mla.qk_nope_head_dim", a.qk_head_dim > 0,
+                           "qk_nope_head_dim + qk_rope_head_dim must be positive"))
+        if m is not None:
             checks += [
-                ("moe.experts", m.experts > 0, "must be positive"),
-                ("moe.top_k", 0 < m.top_k <= m.experts, f"must lie in 1..{m.experts}"),
-                ("moe.expert_ffn", m.expert_ffn > 0, "must be positive"),
+                ("moe.top_k", m.top_k <= m.experts, f"must lie in 1..{m.experts} (the routed experts)"),
                 ("moe.layers", len(m.layers) == self.layers, f"must list {self.layers} layers"),
-                ("moe.n_group", m.n_group > 0 and m.experts % m.n_group == 0,
-                 f"must divide the {m.experts} experts"),
-                ("moe.topk_group", 0 < m.topk_group <= m.n_group, f"must lie in 1..{m.n_group}"),
+                ("moe.n_group", m.experts % m.n_group == 0, f"must divide the {m.experts} experts"),
+                ("moe.topk_group", m.topk_group <= m.n_group, f"must lie in 1..{m.n_group} (the groups)"),
+                ("moe.top_k", m.top_k <= m.topk_group * (m.experts // m.n_group),
+                 f"must be at most topk_group · experts / n_group = {m.topk_group * (m.experts // m.n_group)} "
+                 "(the experts of the groups a token may use)"),
+                ("moe.shared_ffn", m.shared_experts == 0 or m.shared_ffn > 0,
+                 "must be positive when there are shared experts"),
             ]
-        for name, ok, why in checks:
-            if not ok:
-                raise ConfigError(why, file=self.source or None, field=name)
+        require(checks, file=self.source or None)
 
     # ---- structure -------------------------------------------------------------------------------
     @property

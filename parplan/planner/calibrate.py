@@ -30,8 +30,8 @@ class CalibrationResult(Residuals):
 def _errors(runs: list[PublishedRun], models: list, stacks: list[StackSpec], cluster: ClusterSpec,
             cal: Calibration) -> np.ndarray:
     tuned = dataclasses.replace(cluster, calibration=cal)
-    return np.array([RunResult(run, evaluate(model, tuned.with_gpus(run.gpus), run.strategy, stack=stack),
-                               None).throughput_error
+    return np.array([RunResult(run, evaluate(model, tuned.with_gpus(run.gpus), run.strategy, stack=stack)
+                               ).throughput_error
                      for run, model, stack in zip(runs, models, stacks, strict=True)])
 
 
@@ -45,10 +45,13 @@ def calibrate(runs: list[PublishedRun], cluster: ClusterSpec, stack: StackSpec |
     models = [r.model() for r in runs]
     stacks = [stack if stack is not None else r.stack_spec() for r in runs]
     start = cluster.calibration
-    try:
-        before = _errors(runs, models, stacks, cluster, start)
-    except ParplanError as e:
-        raise ConfigError(f"a run cannot be evaluated on {cluster.name}: {e}", field="runs") from None
+    for run, model, spec in zip(runs, models, stacks, strict=True):
+        try:
+            evaluate(model, cluster.with_gpus(run.gpus), run.strategy, stack=spec)
+        except ParplanError as e:
+            raise ConfigError(f"the run cannot be evaluated on {cluster.name}: {e}", file=run.file,
+                              field=run.id) from None
+    before = _errors(runs, models, stacks, cluster, start)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         cal = Calibration(**dict(zip(KNOBS, (float(v) for v in x), strict=True)))

@@ -262,13 +262,17 @@ def expert_load(kind: str, experts: int, *, zipf_a: float = 1.2, counts: np.ndar
     return load / totals
 
 
-def _csv_rows(text: str) -> list[tuple[str, list[object]]]:
-    """(where, cells) for each CSV line that is neither blank nor a '#' comment."""
+def _csv_rows(text: str, file: str) -> list[tuple[str, list[object]]]:
+    """(where, cells) for each CSV line that is neither blank nor a '#' comment; malformed CSV (a field over
+    the csv module's 128 KiB limit) is a ConfigError naming `file`."""
     rows: list[tuple[str, list[object]]] = []
-    for line_no, cells in enumerate(csv.reader(io.StringIO(text)), start=1):
-        if not cells or all(not c.strip() for c in cells) or cells[0].lstrip().startswith("#"):
-            continue
-        rows.append((f"line {line_no}", list(cells)))
+    try:
+        for line_no, cells in enumerate(csv.reader(io.StringIO(text)), start=1):
+            if not cells or all(not c.strip() for c in cells) or cells[0].lstrip().startswith("#"):
+                continue
+            rows.append((f"line {line_no}", list(cells)))
+    except csv.Error as e:
+        raise ConfigError(f"not valid CSV: {e}", file=file) from None
     return rows
 
 
@@ -334,10 +338,10 @@ def load_counts_file(path: str | Path) -> np.ndarray:
     path = Path(path)
     file = str(path)
     suffix = path.suffix.lower()
+    text = read_text(path)  # first: a directory or a device is reported as such
     if suffix != ".csv" and suffix not in _TREE_PARSERS:
         raise ConfigError("expected a .csv, .json, .yaml or .yml file of expert counts", file=file)
-    text = read_text(path)
-    rows = _csv_rows(text) if suffix == ".csv" else _tree_rows(_TREE_PARSERS[suffix](text, file), file)
+    rows = _csv_rows(text, file) if suffix == ".csv" else _tree_rows(_TREE_PARSERS[suffix](text, file), file)
     return _matrix(rows, file)
 
 

@@ -19,7 +19,8 @@ import numpy as np
 
 from parplan.errors import InvalidStrategyError
 from parplan.hardware.spec import ClusterSpec
-from parplan.models.spec import ModelSpec
+from parplan.limits import MAX_BATCH, MAX_GPUS, MAX_SEQ
+from parplan.models.spec import RANGES, ModelSpec
 from parplan.names import BLOCKS_PREFIX, DISPATCHERS, PRECISIONS, RECOMPUTE, SCHEDULES
 
 __all__ = ["BLOCKS_PREFIX", "DISPATCHERS", "PRECISIONS", "RECOMPUTE", "SCHEDULES", "Layouts", "Rule", "Strategy",
@@ -153,6 +154,12 @@ class Strategy:
             raise InvalidStrategyError(f"recompute_blocks must be in (0, 1], got {self.recompute_blocks}")
         for name, options in _CATEGORIES.items():
             _code(options, getattr(self, name), name)  # an unknown name fails here, not at first use
+        # Counts out of range fail here rather than as a division by zero in dp() or an int64 overflow in
+        # Layouts; the search meets the same lower bounds as the vectorised "positive" and "zero_stage" rules.
+        for name, (least, most) in _LIMITS.items():
+            if not least <= getattr(self, name) <= most:
+                raise InvalidStrategyError(f"{name} must lie in {least}..{most:,}, got {getattr(self, name):,}",
+                                           field=name)
         if self.tp == 1:
             # Megatron silently turns SP off at tp=1 (ecosystem.md A2), and TP overlap has nothing to overlap;
             # normalise so equal layouts compare equal.
@@ -207,6 +214,12 @@ class Strategy:
             if not bool(rule.ok(lay, model, cluster)[0]):
                 raise InvalidStrategyError(rule.message(self, model, cluster))
 
+
+_LIMITS = {"tp": (1, MAX_GPUS), "pp": (1, MAX_GPUS), "cp": (1, MAX_GPUS), "ep": (1, MAX_GPUS), "etp": (1, MAX_GPUS),
+           "vpp": (1, RANGES["layers"][1]), "mbs": (1, MAX_BATCH), "gbs": (1, MAX_BATCH), "seq": (1, MAX_SEQ),
+           "zero": (0, 3), "redundant_experts": (0, MAX_GPUS)}
+"""Range of each count of a Strategy: a degree beyond the largest cluster, a batch or sequence beyond any
+run, are refused when the Strategy is built (the rules then see only sane numbers)."""
 
 _CATEGORIES: dict[str, tuple[str, ...]] = {"recompute": RECOMPUTE, "schedule": SCHEDULES, "precision": PRECISIONS,
                                            "dispatch": DISPATCHERS}

@@ -393,37 +393,50 @@ _STYLES = {
 }
 _LEGEND = (("F", " F ", "fwd"), ("B", " B ", "bwd"), ("W", " W ", "wgrad"), ("FB", "F&B", "pair"),
            ("idle", " · ", "idle"))
+_LETTERS = {"F": "F", "B": "B", "W": "W", "FB": "P", "idle": "·"}
+"""Without colour (a pipe, NO_COLOR) each block is filled with its kind's letter, lower case for a rank's
+odd chunks (the second shade of the coloured chart)."""
+MAX_BLOCKS = 32_768
+"""Most operations (p · m · chunks) `simulate` is asked to lay out for a picture: about 3 s on 2 cores; the
+terminal shows 80 columns, so a larger schedule draws no more than a smaller one would."""
 
 
-def render(timeline: Timeline, width: int = 100) -> Text:
-    """The timeline as coloured text `width` columns wide: one row per rank with time scaled to fit,
-    micro-batch ids inside blocks wide enough for them (forward/backward ids for a pair), then a legend of
-    the block kinds present and the bubble fraction."""
+def render(timeline: Timeline, width: int = 100, *, plain: bool = False, unit: str = "") -> Text:
+    """The timeline as text `width` columns wide: one row per rank with time scaled to fit, micro-batch ids
+    inside blocks wide enough for them (forward/backward ids for a pair), then a legend of the block kinds
+    present and the bubble fraction. `plain`: blocks filled with letters for a reader without colour;
+    `unit`: the unit of the simulated times, shown with the makespan."""
     label = len(f"rank {timeline.p - 1}")
     columns = max(width - label - 3, 1)
     scale = columns / timeline.makespan if timeline.makespan else 0.0
     text = Text(f"{timeline.schedule}  p={timeline.p}  m={timeline.m}"
                 + (f"  v={timeline.v}" if timeline.schedule == "interleaved" else "")
-                + f"  makespan {timeline.makespan:g}\n")
+                + f"  makespan {timeline.makespan:.4g}{' ' + unit if unit else ''}\n")
     for rank, blocks in enumerate(timeline.ranks):
         text.append(f"rank {rank}".rjust(label) + " │")
         for block in blocks:
             # Rounding both ends keeps adjacent blocks tiled exactly over the row.
             cols = round(block.end * scale) - round(block.start * scale)
-            text.append(_cell(block, cols), style=_STYLES[block.kind][block.chunk % 2])
+            text.append(_cell(block, cols, plain), style=_STYLES[block.kind][block.chunk % 2])
         text.append("│\n")
     present = {block.kind for blocks in timeline.ranks for block in blocks}
     for kind, swatch, name in _LEGEND:
         if kind in present:
-            text.append(swatch, style=_STYLES[kind][0])
+            text.append(_LETTERS[kind] if plain else swatch, style=_STYLES[kind][0])
             text.append(f" {name}  ")
+    if plain and (timeline.v > 1 or timeline.schedule.startswith("dualpipe")):
+        text.append("lower case: second chunk  ")
     text.append(f"bubble {timeline.bubble_fraction:.1%} of m·(t_f+t_b)")
     return text
 
 
-def _cell(block: Block, cols: int) -> str:
-    """`cols` characters for a block: its micro-batch id(s) centred when they fit, else fill."""
+def _cell(block: Block, cols: int, plain: bool = False) -> str:
+    """`cols` characters for a block: its micro-batch id(s) centred when they fit, else fill (blank, or the
+    block's letter when `plain`)."""
     if block.kind == "idle":
         return "·" * cols
+    fill = _LETTERS[block.kind].lower() if block.chunk % 2 else _LETTERS[block.kind]
     tag = str(block.microbatch) if block.backward is None else f"{block.microbatch}/{block.backward[0]}"
-    return tag.center(cols) if len(tag) <= cols else " " * cols
+    if not plain:
+        return tag.center(cols) if len(tag) <= cols else " " * cols
+    return tag.center(cols, fill) if len(tag) + 2 <= cols else fill * cols

@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from parplan._input import read_yaml
-from parplan._mapping import dataclass_from_mapping
+from parplan._input import exists, read_yaml
+from parplan._mapping import Fields, dataclass_from_mapping, shown
 from parplan._resources import data_dir
-from parplan.errors import ConfigError, InvalidStrategyError, ParplanError
+from parplan.errors import ConfigError, ParplanError
 from parplan.hardware import load_cluster
-from parplan.models.presets import load_model_file
+from parplan.limits import MAX_GPUS
+from parplan.models.presets import load_model
 from parplan.models.spec import ModelSpec
 from parplan.planner.device import MEMORY_KINDS
 from parplan.planner.estimate import Estimate, evaluate
@@ -51,7 +52,8 @@ class PublishedRun:
     source: str
     cluster: str
     gpus: int
-    model_file: Path
+    base_model: ModelSpec
+    """The model as its file or preset describes it (see `model` for the run's own settings)."""
     strategy: Strategy
     tokens_per_s_per_gpu: float
     """Measured throughput."""
@@ -62,6 +64,8 @@ class PublishedRun:
     """What the measured peak is (one of PEAK_MEMORY_KINDS); None without a measured peak."""
     unknown: tuple[str, ...]
     notes: str
+    file: str
+    """The runs file the run was read from."""
     dropout: bool | None = None
     """The run's dropout setting where the model file does not carry it: a training flag (Megatron-LM
     --attention-dropout/--hidden-dropout, default 0.1), not an architecture fact. None: the model file's."""
@@ -76,27 +80,22 @@ class PublishedRun:
         return load_stack(self.stack, compile=self.compile)
 
     def model(self) -> ModelSpec:
-        """The run's model: its model file, with the run's own training settings applied."""
-        spec = load_model_file(self.model_file)
-        return spec if self.dropout is None else replace(spec, dropout=self.dropout)
+        """The run's model: its model file or preset, with the run's own training settings applied."""
+        return self.base_model if self.dropout is None else replace(self.base_model, dropout=self.dropout)
 
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
     run: PublishedRun
-    estimate: Estimate | None
-    error: str | None
-    """Why the run could not be evaluated (an invalid layout names its rule)."""
+    estimate: Estimate
 
     @property
-    def predicted(self) -> float | None:
-        return self.estimate.tokens_per_s_per_gpu if self.estimate else None
+    def predicted(self) -> float:
+        return self.estimate.tokens_per_s_per_gpu
 
     @property
-    def throughput_error(self) -> float | None:
+    def throughput_error(self) -> float:
         """(predicted − measured) / measured."""
-        if self.estimate is None:
-            return None
         return self.estimate.tokens_per_s_per_gpu / self.run.tokens_per_s_per_gpu - 1
 
     @property
@@ -115,7 +114,7 @@ class RunResult:
     @property
     def predicted_memory_gib(self) -> float | None:
         """The predicted peak in the kind the run measured, on the rank it measured."""
-        if self.estimate is None or self.run.peak_memory_gib is None:
+        if self.run.peak_memory_gib is None:
             return None
         kind = self.memory_kind
         if self.run.memory_rank == "last":
@@ -125,9 +124,9 @@ class RunResult:
         return self.estimate.memory_kinds()[kind]
 
     @property
-    def fits(self) -> bool | None:
+    def fits(self) -> bool:
         """The predicted device memory is within the GPU's capacity (every run in a runs file ran)."""
-        return None if self.estimate is None else self.estimate.fits
+        return self.estimate.fits
 
     @property
     def memory_error(self) -> float | None:
@@ -137,41 +136,39 @@ class RunResult:
         return pred / self.run.peak_memory_gib - 1
 
 
-def _field(entry: dict[str, Any], key: str, file: str, where: str, kind: type) -> Any:
-    """entry[key] of type `kind` (an int or float is never a bool); errors name the field as `where.key`."""
-    value = entry.get(key)
-    numeric = (int, float) if kind is float else kind
-    if value is None or isinstance(value, bool) is not (kind is bool) or not isinstance(value, numeric):
-        raise ConfigError(f"expected {kind.__name__}, got {value!r}", file=file, field=f"{where}.{key}")
-    return value
-
-
-def _measured_memory(measured: dict[str, Any], file: str, where: str) -> tuple[float | None, str | None, str]:
+def _measured_memory(measured: Fields) -> tuple[float | None, str | None, str]:
     """(peak GiB, its kind, its rank) of a run's `measured` section: a peak needs its kind; a negative or
     non-numeric peak, an unknown kind or rank are errors naming the field."""
-    peak = measured.get("peak_memory_gib")
-    memory_rank = measured.get("memory_rank", "peak")
-    if memory_rank not in _MEMORY_RANKS:
-        raise ConfigError(f"expected one of {', '.join(_MEMORY_RANKS)}, got {memory_rank!r}", file=file,
-                          field=f"{where}.memory_rank")
+    memory_rank = measured.str("memory_rank", "peak", choices=_MEMORY_RANKS)
+    peak = measured.float("peak_memory_gib", None, above=0)
     if peak is None:
         return None, None, memory_rank
-    peak = float(_field(measured, "peak_memory_gib", file, where, float))
-    if not peak > 0:
-        raise ConfigError(f"a measured peak must be a positive number of GiB, got {peak:g}", file=file,
-                          field=f"{where}.peak_memory_gib")
-    kind = measured.get("peak_memory_kind")
+    kind = measured.data.get("peak_memory_kind")
     if kind not in PEAK_MEMORY_KINDS:
-        got = "it is missing" if kind is None else f"got {kind!r}"
-        raise ConfigError(f"a measured peak needs its kind, one of {', '.join(PEAK_MEMORY_KINDS)}; {got}",
-                          file=file, field=f"{where}.peak_memory_kind")
+        got = "it is missing" if kind is None else f"got {shown(kind)}"
+        raise measured.error("peak_memory_kind", f"a measured peak needs its kind, one of "
+                                                 f"{', '.join(PEAK_MEMORY_KINDS)}; {got}")
     return peak, kind, memory_rank
 
 
 def _local_ref(name: str, runs_file: Path, folder: str) -> str:
     """A preset name, or a file under `folder`/ beside the runs file (a run's own network or stack)."""
     local = runs_file.parent / folder / f"{name}.yaml"
-    return str(local) if local.is_file() else name
+    return str(local) if exists(local) else name
+
+
+def _model_ref(name: str, runs_file: Path) -> str:
+    """A model file under models/ beside the runs file, a path (relative to the runs file or absolute), or
+    else a preset name, as --model takes."""
+    for candidate in (runs_file.parent / "models" / name, runs_file.parent / name, Path(name).expanduser()):
+        if exists(candidate):
+            return str(candidate)
+    return name
+
+
+_RUN_KEYS = {"id", "group", "tier", "source", "cluster", "gpus", "gpus_per_node", "model", "strategy", "batch",
+             "precision", "measured", "derived_how", "unknown", "notes", "dropout", "stack", "compile"}
+"""What a run entry may hold; gpus_per_node, derived_how and notes document the run and are not read."""
 
 
 SHIPPED_RUNS = ("published_runs.yaml", "runs_stacks.yaml")
@@ -180,7 +177,8 @@ the other stacks."""
 
 
 def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
-    """Read a runs file (every shipped runs file by default); model files resolve beside it."""
+    """Read a runs file (every shipped runs file by default); model files resolve beside it, else as presets.
+    A run whose model, cluster or stack cannot be read is a ConfigError naming the run and the field."""
     if path is None:
         runs = [run for name in SHIPPED_RUNS for run in load_runs(data_dir("runs") / name)]
         ids = [r.id for r in runs]
@@ -188,62 +186,58 @@ def load_runs(path: str | Path | None = None) -> list[PublishedRun]:
         return runs
     path = Path(path)
     data = read_yaml(path)
-    if not isinstance(data, list):
-        raise ConfigError("expected a list of runs", file=str(path))
-    runs = []
     file = str(path)
+    if not isinstance(data, list):
+        raise ConfigError("expected a list of runs", file=file)
+    runs = []
     for n, entry in enumerate(data):
-        if not isinstance(entry, dict):
-            raise ConfigError(f"entry {n} is not a mapping", file=file)
-        rid = str(entry.get("id", f"#{n}"))
-        strat = _field(entry, "strategy", file, rid, dict)
-        batch = _field(entry, "batch", file, rid, dict)
-        measured = _field(entry, "measured", file, rid, dict)
-        misplaced = set(strat) & _BATCH_KEYS
+        raw_id = entry.get("id") if isinstance(entry, dict) else None
+        rid = raw_id if isinstance(raw_id, str) and raw_id else f"#{n}"
+        f = Fields(entry, file, rid).allow(_RUN_KEYS)
+        if raw_id is not None:
+            Fields(entry, file, f"#{n}").str("id")  # an id that is not a string is named by position
+        strat = f.mapping("strategy").allow(_STRATEGY_KEYS | _BATCH_KEYS)
+        misplaced = set(strat.data) & _BATCH_KEYS
         if misplaced:
-            raise ConfigError(f"{', '.join(sorted(misplaced))} belong(s) under batch or precision", file=file,
-                              field=f"{rid}.strategy")
-        unknown_keys = set(strat) - _STRATEGY_KEYS
-        if unknown_keys:
-            raise ConfigError(f"unknown field; allowed: {', '.join(sorted(_STRATEGY_KEYS))}", file=file,
-                              field=f"{rid}.strategy.{sorted(unknown_keys)[0]}")
-        precision = _field(entry, "precision", file, rid, str) if "precision" in entry else "bf16"
-        if precision not in _RUN_PRECISIONS:
-            raise ConfigError(f"expected one of {', '.join(_RUN_PRECISIONS)}, got {precision!r}", file=file,
-                              field=f"{rid}.precision")
-        dropout = entry.get("dropout")
-        if dropout is not None:
-            dropout = _field(entry, "dropout", file, rid, bool)
-        gpus = _field(entry, "gpus", file, rid, int)
-        stack = (_local_ref(_field(entry, "stack", file, rid, str), path, "stacks") if "stack" in entry
-                 else DEFAULT_STACK)
-        compiled = _field(entry, "compile", file, rid, bool) if entry.get("compile") is not None else None
+            raise strat.error(None, f"{', '.join(sorted(misplaced))} belong(s) under batch or precision")
+        batch = f.mapping("batch").allow({"gbs", "seq"})
+        measured = f.mapping("measured").allow({"tokens_per_s_per_gpu", "step_time_s", "peak_memory_gib",
+                                                "memory_rank", "peak_memory_kind"})
+        peak, kind, memory_rank = _measured_memory(measured)
+        precision = f.str("precision", "bf16", choices=_RUN_PRECISIONS)
+        gpus = f.int("gpus", min=1, max=MAX_GPUS)
+        layout = {k: v for k, v in strat.data.items() if k != "dp"}
+        layout.update(gbs=batch.int("gbs", min=1), seq=batch.int("seq", min=1),
+                      precision="fp8" if precision == "fp8" else "bf16")
+        strategy = dataclass_from_mapping(Strategy, layout, file, strat.section)
+        if strat.has("dp") and strat.int("dp") != strategy.dp(gpus):
+            raise strat.error("dp", f"dp={strat.data['dp']}, but {gpus} GPUs / (tp·pp·cp = "
+                                    f"{strategy.tp * strategy.pp * strategy.cp}) = {strategy.dp(gpus)}")
+        model_name, cluster_name = f.str("model"), f.str("cluster")
+        try:
+            model = load_model(_model_ref(model_name, path))
+        except ParplanError as e:
+            raise f.error("model", f"cannot read the model: {e}") from None
+        try:
+            cluster = _local_ref(cluster_name, path, "clusters")
+            load_cluster(cluster, gpus=gpus)
+        except ParplanError as e:
+            raise f.error("cluster", f"cannot read the cluster: {e}") from None
+        stack = _local_ref(f.str("stack"), path, "stacks") if f.has("stack") else DEFAULT_STACK
+        compiled = f.bool("compile", None)
         try:
             load_stack(stack, compile=compiled)
         except ParplanError as e:
-            raise ConfigError(str(e), file=file, field=f"{rid}.stack") from None
-        layout = {k: v for k, v in strat.items() if k != "dp"}
-        layout.update(gbs=_field(batch, "gbs", file, f"{rid}.batch", int),
-                      seq=_field(batch, "seq", file, f"{rid}.batch", int),
-                      precision="fp8" if precision == "fp8" else "bf16")
-        try:
-            strategy = dataclass_from_mapping(Strategy, layout, file, f"{rid}.strategy")
-        except InvalidStrategyError as e:  # a recompute, schedule, precision or dispatch it does not know
-            raise ConfigError(str(e), file=file, field=f"{rid}.strategy") from None
-        if "dp" in strat and (_field(strat, "dp", file, f"{rid}.strategy", int) != strategy.dp(gpus)):
-            raise ConfigError(f"dp={strat['dp']}, but {gpus} GPUs / (tp·pp·cp = "
-                              f"{strategy.tp * strategy.pp * strategy.cp}) = {strategy.dp(gpus)}", file=file,
-                              field=f"{rid}.strategy.dp")
-        model_file = path.parent / "models" / str(_field(entry, "model", file, rid, str))
-        peak, kind, memory_rank = _measured_memory(measured, file, f"{rid}.measured")
+            raise f.error("stack", f"cannot read the stack: {e}") from None
+        for i, item in enumerate(f.list("unknown", [])):
+            if not isinstance(item, str):
+                raise f.error(f"unknown[{i}]", f"expected a field name, got {shown(item)}")
         runs.append(PublishedRun(
-            id=rid, group=str(entry.get("group", "")), tier=str(entry.get("tier", "")),
-            source=str(entry.get("source", "")),
-            cluster=_local_ref(_field(entry, "cluster", file, rid, str), path, "clusters"),
-            gpus=gpus, model_file=model_file, strategy=strategy,
-            tokens_per_s_per_gpu=float(_field(measured, "tokens_per_s_per_gpu", file, f"{rid}.measured", float)),
+            id=rid, group=f.str("group", ""), tier=f.str("tier", ""), source=f.str("source", ""), file=file,
+            cluster=cluster, gpus=gpus, base_model=model, strategy=strategy,
+            tokens_per_s_per_gpu=measured.float("tokens_per_s_per_gpu", above=0),
             peak_memory_gib=peak, memory_rank=memory_rank, peak_memory_kind=kind,
-            unknown=tuple(entry.get("unknown") or ()), notes=str(entry.get("notes", "")), dropout=dropout,
+            unknown=tuple(f.list("unknown", [])), notes=f.str("notes", ""), dropout=f.bool("dropout", None),
             stack=stack, compile=compiled,
         ))
     return runs
@@ -259,16 +253,17 @@ def with_compile(runs: list[PublishedRun], compile: bool | None) -> list[Publish
 
 
 def validate_runs(runs: list[PublishedRun], stack: StackSpec | None = None) -> list[RunResult]:
-    """Evaluate each run as its own stack runs it (or every run as `stack`)."""
+    """Evaluate each run as its own stack runs it (or every run as `stack`); a run that cannot be evaluated (a
+    layout that breaks a rule) is a ConfigError naming its file and id, never a silent gap in the report."""
     out = []
     for run in runs:
         try:
             model = run.model()
             cluster = load_cluster(run.cluster, gpus=run.gpus)
             spec = stack if stack is not None else run.stack_spec()
-            out.append(RunResult(run, evaluate(model, cluster, run.strategy, stack=spec), None))
+            out.append(RunResult(run, evaluate(model, cluster, run.strategy, stack=spec)))
         except ParplanError as e:
-            out.append(RunResult(run, None, str(e)))
+            raise ConfigError(f"the run cannot be evaluated: {e}", file=run.file, field=run.id) from None
     return out
 
 
@@ -289,10 +284,9 @@ class RankResult:
     @property
     def gap(self) -> float | None:
         """Predicted throughput of the planner's best over the published layout's, minus 1."""
-        est = self.result.estimate
-        if est is None or self.best is None:
+        if self.best is None:
             return None
-        return self.best.tokens_per_s_per_gpu / est.tokens_per_s_per_gpu - 1
+        return self.best.tokens_per_s_per_gpu / self.result.estimate.tokens_per_s_per_gpu - 1
 
 
 def rank_runs(results: list[RunResult], deadline: float | None = None,
@@ -305,8 +299,6 @@ def rank_runs(results: list[RunResult], deadline: float | None = None,
     out = []
     for r in results:
         est = r.estimate
-        if est is None:
-            continue
         s = r.run.strategy
         model = r.run.model()
         cluster = load_cluster(r.run.cluster, gpus=r.run.gpus)
@@ -333,8 +325,7 @@ def summarize(results: list[RunResult], key: str = "group") -> list[dict[str, An
     misfits: dict[str, int] = {}
     for r in results:
         label = getattr(r.run, key)
-        if r.throughput_error is not None:
-            buckets.setdefault(label, []).append(abs(r.throughput_error))
+        buckets.setdefault(label, []).append(abs(r.throughput_error))
         if r.memory_error is not None:
             mem.setdefault(label, []).append(abs(r.memory_error))
         if r.fits is False:

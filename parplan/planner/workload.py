@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from parplan._input import exists
+from parplan._mapping import as_float
 from parplan.errors import ConfigError
 from parplan.models.spec import ModelSpec
 from parplan.planner import experts
@@ -53,14 +55,21 @@ def parse_expert_load(spec: str | None, model: ModelSpec) -> Workload:
         try:
             a = float(arg) if arg else 1.2
         except ValueError:
-            raise ConfigError(f"expected zipf:<exponent>, got {spec!r}", field="expert_load") from None
+            a = None
+        a, rule = as_float(a, min=0, max=100)
+        if rule:
+            raise ConfigError(f"expected zipf:<exponent>, an exponent in 0..100, got {spec!r}", field="expert_load")
         return Workload(experts.expert_load("zipf", model.moe.experts, zipf_a=a), name=f"zipf({a:g})")
     path = Path(spec)
-    if not path.is_file():
-        raise ConfigError("expected uniform, zipf[:a] or a counts file", file=spec, field="expert_load")
+    if not exists(path):
+        raise ConfigError("no such file (expected uniform, zipf[:a] or a counts file)", file=spec,
+                          field="expert_load")
     counts = experts.load_counts_file(path)
     if counts.shape[1] != model.moe.experts:
         raise ConfigError(f"has {counts.shape[1]} experts per row; {model.name} has {model.moe.experts}",
                           file=spec, field="expert_load")
-    return Workload(experts.expert_load("counts", model.moe.experts, counts=counts, layers=len(counts)),
-                    name=path.name)
+    try:
+        load = experts.expert_load("counts", model.moe.experts, counts=counts, layers=len(counts))
+    except ValueError as e:  # a layer whose counts are all 0
+        raise ConfigError(str(e), file=spec, field="expert_load") from None
+    return Workload(load, name=path.name)

@@ -157,13 +157,17 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
 
     file = str(path)
     text = read_text(path) if text is None else text
-    reader = csv.DictReader(io.StringIO(text))
-    columns = reader.fieldnames or []
+    try:  # read whole: a malformed row (a field over the csv module's 128 KiB limit) fails here, named
+        reader = csv.DictReader(io.StringIO(text))
+        columns = reader.fieldnames or []
+        records = list(reader)
+    except csv.Error as e:
+        raise ConfigError(f"not valid CSV: {e}", file=file) from None
     for column in REQUIRED_COLUMNS:
         if column not in columns:
             raise ConfigError("required column is missing", file=file, field=column)
     cases = []
-    for number, data in enumerate(reader, start=1):
+    for number, data in enumerate(records, start=1):
         row = _Row(data, file, number)
         engine = row.choice("backend", ENGINE_NAMES)
         mode = row.choice("mode", MODE_NAMES)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from parplan.errors import ConfigError, NoFeasiblePlanError, ParplanError
 from parplan.hardware import load_cluster
 from parplan.hardware.spec import ClusterSpec
+from parplan.limits import MAX_SERVE_GPUS
 from parplan.models import load_model
 from parplan.models.spec import ModelSpec
 from parplan.names import MODES
@@ -88,6 +89,9 @@ def serve_plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int | S
     counts = [gpus] if isinstance(gpus, int) else list(gpus)
     if not counts or min(counts) < 1:
         raise ConfigError("GPU counts must be >= 1", field="gpus")
+    if max(counts) > MAX_SERVE_GPUS:
+        raise ConfigError(f"{max(counts):,} GPUs: serve plan searches at most {MAX_SERVE_GPUS:,} (a larger fleet is "
+                          "replicas of a smaller deployment: plan one and multiply)", field="gpus")
     for mode in modes:
         if mode not in MODES:
             raise ConfigError(f"unknown mode {mode!r}; known: {', '.join(MODES)}", field="mode")

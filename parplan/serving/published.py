@@ -34,6 +34,7 @@ import numpy as np
 from parplan._input import read_yaml
 from parplan.errors import ConfigError, ParplanError
 from parplan.hardware import deepep, load_cluster
+from parplan.limits import MAX_BATCH, MAX_SEQ
 from parplan.models import ModelSpec, load_model
 from parplan.planner import experts
 from parplan.serving.cases import MEASURED_OVERLAP, QUANT, SYSTEMS, Case
@@ -86,11 +87,16 @@ class _Entry:
         return value
 
 
-def _number(entry: _Entry, section: str, key: str, value: Any, *, integer: bool = False) -> float:
+def _number(entry: _Entry, section: str, key: str, value: Any, *, integer: bool = False,
+            most: float = MAX_SEQ) -> float:
+    """A positive finite number of at most `most` (by default the longest context a model may declare: a token
+    count, batch or width past it overflows the cost model)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise entry.error(f"{section}.{key}", f"expected a positive finite number, got {value!r}")
     if integer and value != int(value):
         raise entry.error(f"{section}.{key}", f"expected an integer, got {value!r}")
+    if value > most:
+        raise entry.error(f"{section}.{key}", f"must be at most {most:,}, got {value:,}")
     return float(value)
 
 
@@ -99,7 +105,7 @@ def _measured(entry: _Entry) -> dict[str, float]:
     out = {}
     for key, value in entry.section("measured").items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[str(key)] = _number(entry, "measured", str(key), value)
+            out[str(key)] = _number(entry, "measured", str(key), value, most=math.inf)
     return out
 
 
@@ -118,7 +124,7 @@ def _engine(entry: _Entry) -> str:
 
 def _cluster(entry: _Entry) -> str:
     gpu = entry.section("gpu").get("type")
-    if gpu not in SYSTEMS:
+    if not isinstance(gpu, str) or gpu not in SYSTEMS:
         raise ParplanError(f"no cluster preset for the GPU {gpu!r}")
     return SYSTEMS[gpu]
 
@@ -242,12 +248,15 @@ def _offline(entry: _Entry, engine: str) -> Case:
     concurrency = work.get("concurrency", QUEUED)
     if not isinstance(concurrency, (int, float)) or isinstance(concurrency, bool):
         concurrency = QUEUED
+    concurrency = _number(entry, "workload", "concurrency", concurrency, most=MAX_BATCH)
     stated = work.get("num_requests")
+    if stated is not None:
+        stated = _number(entry, "workload", "num_requests", stated, integer=True, most=MAX_BATCH)
     perf_overview = "perf-overview.md" in str(entry.section("source").get("doc", ""))
-    requests = {name: float(stated) if isinstance(stated, int) and not isinstance(stated, bool)
+    requests = {name: stated if stated is not None
                 else float(PERF_OVERVIEW_REQUESTS.get(pair, 0)) if perf_overview else 0.0
                 for name, pair in pairs.items()}
-    return _special(entry, engine, "offline", {"pairs": pairs, "concurrency": float(concurrency),
+    return _special(entry, engine, "offline", {"pairs": pairs, "concurrency": concurrency,
                                                "requests": requests}, tuple(pairs), deployment)
 
 
@@ -286,13 +295,16 @@ def _phase(entry: _Entry, engine: str) -> Case:
         tokens = work.get("tokens_per_gpu")
         if not isinstance(tokens, (int, float)) or isinstance(tokens, bool):
             raise ParplanError("the prefill tokens per GPU are not stated")
-        return _special(entry, engine, "prefill_rate", {"isl": isl, "tokens": float(tokens)},
+        tokens = _number(entry, "workload", "tokens_per_gpu", tokens)
+        return _special(entry, engine, "prefill_rate", {"isl": isl, "tokens": tokens},
                         ("input_tok_s_per_node", "input_tok_s_per_gpu"), deployment)
     batch = work.get("batch_per_gpu")
     ctx = work.get("kv_len")
     if not isinstance(batch, (int, float)) or not isinstance(ctx, (int, float)):
         raise ParplanError("the decode batch per GPU or its context is not stated")
-    return _special(entry, engine, "decode_rate", {"batch": float(batch), "ctx": float(ctx)},
+    batch = _number(entry, "workload", "batch_per_gpu", batch, most=MAX_BATCH)
+    ctx = _number(entry, "workload", "kv_len", ctx)
+    return _special(entry, engine, "decode_rate", {"batch": batch, "ctx": ctx},
                     ("output_tok_s_per_node", "output_tok_s_per_gpu", "output_tok_s_per_node_derived_by_sglang"),
                     deployment)
 

@@ -14,11 +14,13 @@ aiconfigurator define it; request latency = TTFT + (OSL − 1)·TPOT.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from parplan.errors import ConfigError, InvalidStrategyError
 from parplan.hardware.spec import ClusterSpec
+from parplan.limits import MAX_BATCH, MAX_GPUS, MAX_MTP, MAX_RATE, MAX_SEQ
 from parplan.models.spec import ModelSpec
 from parplan.names import A2A_BACKENDS, ENGINES, KV_DTYPES, MODES, WEIGHT_DTYPES
 
@@ -89,15 +91,18 @@ class Pool:
     """MoE token exchange under attention DP (A2A_BACKENDS)."""
 
     def __post_init__(self) -> None:
+        # Sizes beyond any cluster are refused here, naming the field, before a GPU count is derived from them.
         for name in ("tp", "pp", "dp", "moe_ep", "workers"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"must be >= 1, got {getattr(self, name)}", field=name)
-        if self.moe_tp is not None and self.moe_tp < 1:
-            raise ConfigError(f"must be >= 1, got {self.moe_tp}", field="moe_tp")
-        if self.batch is not None and self.batch < 1:
-            raise ConfigError(f"must be >= 1, got {self.batch}", field="batch")
-        if self.redundant_experts < 0:
-            raise ConfigError("must be >= 0", field="redundant_experts")
+            if not 1 <= getattr(self, name) <= MAX_GPUS:
+                raise ConfigError(f"must lie in 1..{MAX_GPUS:,}, got {getattr(self, name):,}", field=name)
+        if self.moe_tp is not None and not 1 <= self.moe_tp <= MAX_GPUS:
+            raise ConfigError(f"must lie in 1..{MAX_GPUS:,}, got {self.moe_tp:,}", field="moe_tp")
+        if self.batch is not None and not 1 <= self.batch <= MAX_BATCH:
+            raise ConfigError(f"must lie in 1..{MAX_BATCH:,}, got {self.batch:,}", field="batch")
+        if not 0 <= self.redundant_experts <= MAX_GPUS:
+            raise ConfigError(f"must lie in 0..{MAX_GPUS:,}", field="redundant_experts")
+        if self.total_gpus > MAX_GPUS:
+            raise ConfigError(f"tp·pp·dp·workers = {self.total_gpus:,} GPUs; at most {MAX_GPUS:,}", field="workers")
         if self.a2a not in A2A_BACKENDS:
             raise ConfigError(f"unknown backend {self.a2a!r}; known: {', '.join(A2A_BACKENDS)}", field="a2a")
         if self.moe_tp is None:
@@ -158,15 +163,17 @@ class Workload:
 
     def __post_init__(self) -> None:
         checks = [
-            ("isl", self.isl >= 1, f"must be >= 1, got {self.isl}"),
-            ("osl", self.osl >= 1, f"must be >= 1, got {self.osl}"),
+            ("isl", 1 <= self.isl <= MAX_SEQ, f"must lie in 1..{MAX_SEQ:,}, got {self.isl:,}"),
+            ("osl", 1 <= self.osl <= MAX_SEQ, f"must lie in 1..{MAX_SEQ:,}, got {self.osl:,}"),
             ("prefix_hit", 0.0 <= self.prefix_hit < 1.0, f"must lie in [0, 1), got {self.prefix_hit}"),
-            ("mtp", self.mtp >= 0, "must be >= 0"),
+            ("mtp", 0 <= self.mtp <= MAX_MTP, f"must lie in 0..{MAX_MTP}, got {self.mtp:,}"),
             ("acceptance", 0.0 <= self.acceptance < 1.0, f"must lie in [0, 1), got {self.acceptance}"),
             ("concurrency", (self.concurrency is None) != (self.rate is None),
              "give exactly one of concurrency and rate"),
-            ("concurrency", self.concurrency is None or self.concurrency >= 1, "must be >= 1"),
-            ("rate", self.rate is None or self.rate > 0, "must be > 0"),
+            ("concurrency", self.concurrency is None or 1 <= self.concurrency <= MAX_BATCH,
+             f"must lie in 1..{MAX_BATCH:,}"),
+            ("rate", self.rate is None or (math.isfinite(self.rate) and 0 < self.rate <= MAX_RATE),
+             f"must be a positive finite number of at most {MAX_RATE:g} requests/s"),
         ]
         for name, ok, why in checks:
             if not ok:
@@ -215,8 +222,8 @@ class Deployment:
             raise ConfigError("an aggregated deployment has one pool (and no prefill/decode pools)", field="pool")
         if self.mode == "disaggregated" and (self.prefill is None or self.decode is None or self.pool):
             raise ConfigError("a disaggregated deployment has a prefill and a decode pool", field="prefill")
-        if self.chunk_tokens is not None and self.chunk_tokens < 1:
-            raise ConfigError("must be >= 1", field="chunk_tokens")
+        if self.chunk_tokens is not None and not 1 <= self.chunk_tokens <= MAX_SEQ:
+            raise ConfigError(f"must lie in 1..{MAX_SEQ:,}", field="chunk_tokens")
 
     @property
     def pools(self) -> tuple[Pool, ...]:

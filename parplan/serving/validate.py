@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from parplan._input import check_input
 from parplan._resources import data_dir
 from parplan.errors import ConfigError, ParplanError
 from parplan.hardware import load_cluster
@@ -97,6 +98,7 @@ def load_serving_cases(path: str | Path | None = None) -> list[Case]:
     if path is None:
         csv_file, yaml_file = shipped_files()
         return read_measured_csv(csv_file) + read_published_yaml(yaml_file)
+    check_input(path)  # a missing file or a directory is named as such, whatever its suffix
     suffix = Path(path).suffix.lower()
     if suffix == ".csv":
         return read_measured_csv(path)

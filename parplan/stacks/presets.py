@@ -30,7 +30,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from parplan._input import kind as path_kind
 from parplan._input import parse_yaml, read_yaml
+from parplan._mapping import Fields, as_float, as_int, shown
 from parplan._resources import data_dir
 from parplan.errors import ConfigError, UnknownPresetError
 from parplan.names import DEFAULT_STACK, FRAMEWORKS
@@ -80,12 +82,20 @@ _CHOICES: dict[str, tuple[object, ...]] = {
 }
 """Allowed values of the fields that take one of a list (each element, for tuples)."""
 _RANGES: dict[str, tuple[float, float]] = {
+    "kernels.host_us_per_kernel": (0, 1e6),
+    "kernels.compute_scale": (0.01, 100),
+    "communication.zero3_bucket_params": (0, 1e15),
     "memory.logit_bytes": (0.0, 64.0),
     "memory.loss_chunks": (1, 1 << 20),
     "memory.optimizer_offload": (0.0, 1.0),
     "memory.activation_offload": (0.0, 1.0),
 }
-"""Closed ranges of the numeric fields that are not a list of choices."""
+"""Closed range of each number of a stack file that is not a list of choices: a launch cost of at most a second,
+a kernel efficiency within a hundred times the measured curves either way (as a cluster's
+calibration.compute_scale), a bucket of at most a thousand times the largest model's parameters. NaN and
+infinities are always refused."""
+_FIT_KEYS = {"command", "knobs", "prior", "rms_error_before", "rms_error_after", "runs"}
+"""What the `fit:` section `parplan calibrate --stack` writes may hold."""
 
 
 def stack_names() -> list[str]:
@@ -101,7 +111,7 @@ def _mapping(value: Any, file: str, field: str) -> dict[str, Any]:
 def _typed(value: Any, kind: str, file: str, path: str) -> Any:
     """`value` checked against a field's annotation (bool is never a number)."""
     def bad() -> ConfigError:
-        return ConfigError(f"wrong type: {value!r} (expected {kind})", file=file, field=path)
+        return ConfigError(f"wrong type: {shown(value)} (expected {kind})", file=file, field=path)
 
     if kind.endswith("| None") and value is None:
         return None
@@ -112,9 +122,17 @@ def _typed(value: Any, kind: str, file: str, path: str) -> Any:
     elif base == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise bad()
+        lo, hi = _RANGES.get(path, (None, None))
+        value, rule = as_int(value, min=lo, max=hi)
+        if rule:
+            raise ConfigError(rule, file=file, field=path)
     elif base == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad()
+        lo, hi = _RANGES.get(path, (None, None))
+        value, rule = as_float(value, min=lo, max=hi)
+        if rule:
+            raise ConfigError(rule, file=file, field=path)
         value = float(value)
     elif base == "str":
         if not isinstance(value, str):
@@ -124,14 +142,11 @@ def _typed(value: Any, kind: str, file: str, path: str) -> Any:
             raise bad()
         inner = base[len("tuple["):].split(",")[0]
         value = tuple(_typed(v, inner, file, path) for v in value)
-    lo, hi = _RANGES.get(path, (None, None))
-    if lo is not None and not lo <= value <= hi:
-        raise ConfigError(f"{value!r} is outside [{lo:g}, {hi:g}]", file=file, field=path)
     choices = _CHOICES.get(path)
     if choices is not None:
         for v in value if isinstance(value, tuple) else (value,):
             if v not in choices:
-                raise ConfigError(f"{v!r} is not one of {', '.join(map(str, choices))}", file=file, field=path)
+                raise ConfigError(f"{shown(v)} is not one of {', '.join(map(str, choices))}", file=file, field=path)
     return value
 
 
@@ -157,8 +172,8 @@ def _recompute(raw: Any, file: str) -> dict[str, str]:
         if name not in RECOMPUTE:
             raise ConfigError(f"unknown recompute name; known: {', '.join(RECOMPUTE)}", file=file,
                               field=f"recompute.{name}")
-        if kind not in RECOMPUTE_KINDS:
-            raise ConfigError(f"{kind!r} is not one of {', '.join(RECOMPUTE_KINDS)}", file=file,
+        if not isinstance(kind, str) or kind not in RECOMPUTE_KINDS:
+            raise ConfigError(f"{shown(kind)} is not one of {', '.join(RECOMPUTE_KINDS)}", file=file,
                               field=f"recompute.{name}")
         out[name] = kind
     if out.get("none", "none") != "none":
@@ -185,6 +200,28 @@ def _check_exporter(exporter: str | None, file: str) -> None:
             raise ConfigError(str(e).removeprefix("field 'framework': "), file=file, field="runs.exporter") from None
 
 
+def _fit(raw: Any, file: str) -> dict[str, Any]:
+    """The `fit:` record `parplan calibrate --stack` writes, checked as it is read back: the command, the knob
+    values and their prior, the rms errors and each run's error before and after."""
+    f = Fields(raw, file, "fit").allow(_FIT_KEYS)
+    f.str("command", None)
+    for key in ("rms_error_before", "rms_error_after"):
+        f.float(key, None, min=0)
+    if f.has("knobs"):
+        f.number_map("knobs")
+    if f.has("prior"):
+        prior = f.mapping("prior").allow(("host_us_per_kernel", "compute_scale"))
+        for knob in prior.data:
+            low, high = _RANGES[f"kernels.{knob}"]
+            prior.float(knob, min=low, max=high)
+    runs = f.mapping("runs", None)
+    for rid in runs.data if runs is not None else ():
+        run = runs.mapping(rid).allow(("before", "after"))
+        run.float("before")
+        run.float("after")
+    return f.data
+
+
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in over.items():
@@ -204,9 +241,15 @@ def stack_from_dict(data: Any, *, file: str) -> StackSpec:
     for key in data:
         if key not in _TOP:
             raise ConfigError(f"unknown field; allowed: {', '.join(sorted(_TOP))}", file=file, field=key)
+    top = Fields(data, file)
+    for key in ("name", "base", "description"):
+        top.str(key, None)
     own_sources = _mapping(data.get("sources") or {}, file, "sources")
+    for path, text in own_sources.items():
+        if not isinstance(text, str):
+            raise ConfigError(f"expected the source as text, got {shown(text)}", file=file, field=f"sources.{path}")
     if data.get("base") is not None:
-        base_name = str(data["base"])
+        base_name = data["base"].lower()
         if base_name not in stack_names():
             raise UnknownPresetError("stack", base_name, stack_names())
         base = read_yaml(data_dir("stacks") / f"{base_name}.yaml")
@@ -227,7 +270,7 @@ def stack_from_dict(data: Any, *, file: str) -> StackSpec:
     return StackSpec(
         name=str(data["name"]), description=str(data.get("description", "")),
         recompute=_recompute(data["recompute"], file), sources={str(k): str(v) for k, v in sources.items()},
-        fit=_mapping(data.get("fit") or {}, file, "fit"), source=file, **sections,
+        fit=_fit(data.get("fit") or {}, file), source=file, **sections,
     )
 
 
@@ -248,7 +291,7 @@ def load_stack(name_or_path: str | Path | StackSpec | None = None, *, compile: b
             spec = _preset(text.lower())
         else:
             path = Path(text).expanduser()
-            if path.is_file():
+            if path_kind(path) != "missing":  # a directory or a device is reported as such by read_yaml
                 spec = stack_from_dict(read_yaml(path), file=str(path))
             elif path.suffix in (".yaml", ".yml") or "/" in text:
                 raise ConfigError("no such file", file=text)

@@ -43,11 +43,20 @@ def require_torch() -> Any:
 
 
 def resolve_device(device: str | None) -> str:
-    """`device`, or 'cuda' when a GPU is visible and 'cpu' otherwise."""
+    """`device`, or 'cuda' when a GPU is visible and 'cpu' otherwise. A device that is not the host or a
+    visible GPU ('cuda:7' on a 2-GPU node, 'meta', a typo) is a BenchmarkError: it has nothing to measure."""
     torch = require_torch()
-    if device is not None:
-        return device
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise BenchmarkError(f"unknown device '{device}'; use cpu, cuda or cuda:N") from None
+    if parsed.type == "cuda" and (not torch.cuda.is_available() or (parsed.index or 0) >= torch.cuda.device_count()):
+        raise BenchmarkError(f"no CUDA device '{device}' here ({torch.cuda.device_count()} visible)")
+    if parsed.type not in ("cpu", "cuda"):
+        raise BenchmarkError(f"parplan bench measures cpu or cuda devices, not '{device}'")
+    return device
 
 
 def torch_dtype(name: str) -> Any:
@@ -72,7 +81,8 @@ def environment(device: str | None = None) -> dict[str, str | None]:
     if dev.startswith("cuda") and torch.distributed.is_nccl_available():
         nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
     return {"date": datetime.date.today().isoformat(), "device": device_name(dev),
-            "torch_version": torch.__version__, "nccl_version": nccl}
+            # torch.__version__ is a TorchVersion (a str subclass) that yaml.safe_dump cannot represent.
+            "torch_version": str(torch.__version__), "nccl_version": nccl}
 
 
 def time_call(fn: Callable[[], object], device: str, *, repeats: int, warmup: int) -> float:
