@@ -304,3 +304,11 @@ def test_finite_run_goes_in_whole_waves():
     assert _whole_waves(3000, 1237) == pytest.approx(3000 / 1237 / 3, rel=1e-12)
     assert _whole_waves(3000, 1000) == pytest.approx(1.0)
     assert _whole_waves(0, 1000) == 1.0  # the run's request count not stated: steady state
+
+
+def test_a_blank_precision_text_states_no_format():
+    """A published entry's precision field left empty states no format (the engine's default then applies);
+    it reached the catch-all as an IndexError (found by tests/test_hostile_properties.py)."""
+    from parplan.serving.published import _format
+
+    assert _format("") is None and _format("   ") is None and _format("fp8 (block-scaled)") == "fp8"

@@ -108,11 +108,20 @@ TimeLimitOpt = Annotated[float | None, typer.Option(
     callback=number(above=0), metavar="SECONDS",
     help="Stop searching then and report the best layouts found so far, marked incomplete with the count of "
          "layouts left.")]
+SearchTimeLimitOpt = Annotated[float | None, typer.Option(
+    "--time-limit", callback=number(above=0), metavar="SECONDS",
+    help="Stop searching then and report the best layouts found so far, marked incomplete with the count of "
+         "layouts left (default 50 s; the largest shipped example, DeepSeek-V3 on 2,048 H800, takes about 10).")]
+SEARCH_TIME_LIMIT_S = 50.0
+"""How long `plan` and `scale` search without --time-limit: every answer within a minute (issue #16), the best
+found so far when a space is too large to finish."""
 
 
-def deadline(time_limit: float | None) -> float | None:
-    """The time.monotonic() value a --time-limit ends at (None: no limit; TimeLimitOpt checked the number)."""
-    return None if time_limit is None else time.monotonic() + time_limit
+def deadline(time_limit: float | None, default: float | None = None) -> float | None:
+    """The time.monotonic() value a --time-limit (else `default`) ends at (None: no limit; the option's
+    callback checked the number)."""
+    limit = time_limit if time_limit is not None else default
+    return None if limit is None else time.monotonic() + limit
 
 
 def parse_gpu_counts(text: str) -> list[int]:

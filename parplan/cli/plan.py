@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from parplan.cli._options import (
+    SEARCH_TIME_LIMIT_S,
     ClusterOpt,
     CompileOpt,
     ExpertLoadOpt,
@@ -19,8 +20,8 @@ from parplan.cli._options import (
     MemoryOpt,
     ModelOpt,
     PrecisionsOpt,
+    SearchTimeLimitOpt,
     SeqOpt,
-    TimeLimitOpt,
     deadline,
     int_spec,
     number,
@@ -117,7 +118,7 @@ def incomplete_note(result: PlanResult, what: str = "these are") -> str | None:
     """The warning a search stopped by --time-limit carries, or None when it is complete."""
     if result.complete:
         return None
-    return (f"Incomplete: the time limit stopped the search with {result.left:,} of "
+    return (f"Incomplete: the time limit (--time-limit; 50 s by default) stopped the search with {result.left:,} of "
             f"{result.evaluated + result.left:,} valid layouts left; {what} the best found so far, which a "
             "complete search may beat.")
 
@@ -171,7 +172,7 @@ def plan_command(
              "exports for), or one version, e.g. torchtitan@0.2.2.")] = None,
     emit: Annotated[str | None, typer.Option(
         help="Also write the winner's launch settings for megatron, deepspeed or torchtitan.")] = None,
-    time_limit: TimeLimitOpt = None,
+    time_limit: SearchTimeLimitOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Search every valid layout, drop those that do not fit, and recommend the best."""
@@ -189,7 +190,7 @@ def plan_command(
     if days is not None and tokens is None:
         raise typer.BadParameter("--days needs --tokens", param_hint="--days")
     counts = parse_gpu_counts(gpus)
-    until = deadline(time_limit)
+    until = deadline(time_limit, SEARCH_TIME_LIMIT_S)
     with usage_errors():
         space = space_from_options(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs, max_tp=max_tp,
                                    max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, sp=sp, recompute=recompute,

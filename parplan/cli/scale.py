@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from parplan.cli._options import (
+    SEARCH_TIME_LIMIT_S,
     ClusterOpt,
     CompileOpt,
     ExpertLoadOpt,
@@ -16,9 +17,9 @@ from parplan.cli._options import (
     ModelOpt,
     PlotOpt,
     PrecisionsOpt,
+    SearchTimeLimitOpt,
     SeqOpt,
     StackOpt,
-    TimeLimitOpt,
     deadline,
     parse_gpu_counts,
     usage_errors,
@@ -48,7 +49,7 @@ def scale_command(
     stack: StackOpt = DEFAULT_STACK,
     compile: CompileOpt = None,
     plot: PlotOpt = None,
-    time_limit: TimeLimitOpt = None,
+    time_limit: SearchTimeLimitOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Best layout at each GPU count; speedup and efficiency relative to the smallest count that fits."""
@@ -61,7 +62,7 @@ def scale_command(
     from parplan.stacks import load_stack
 
     counts = parse_gpu_counts(gpus)
-    until = deadline(time_limit)
+    until = deadline(time_limit, SEARCH_TIME_LIMIT_S)
     if plot:
         check_plot_path(plot)
     with usage_errors():

@@ -131,8 +131,8 @@ def _cluster(entry: _Entry) -> str:
 
 def _format(text: Any) -> str | None:
     """A weight or KV format from the entry's free text ('fp8 (block-scaled ...)', 'nvfp4', '16-bit ...')."""
-    if not isinstance(text, str):
-        return None
+    if not isinstance(text, str) or not text.split():
+        return None  # not stated (an empty or blank text states no format)
     word = text.split()[0].strip(",;").lower()
     if word.startswith("16-bit"):
         return "bf16"
