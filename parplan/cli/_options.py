@@ -104,17 +104,14 @@ MemoryFractionOpt = Annotated[float, typer.Option(callback=number(min=0.1, max=1
                                                   help="Use at most this share of GPU memory (0.1..1).")]
 PlotOpt = Annotated[str | None, typer.Option(
     metavar="FILE", help="Also write charts to this .png, .svg or .pdf file (pip install 'parplan[plot]').")]
-TimeLimitOpt = Annotated[float | None, typer.Option(
-    callback=number(above=0), metavar="SECONDS",
-    help="Stop searching then and report the best layouts found so far, marked incomplete with the count of "
-         "layouts left.")]
 SearchTimeLimitOpt = Annotated[float | None, typer.Option(
     "--time-limit", callback=number(above=0), metavar="SECONDS",
     help="Stop searching then and report the best layouts found so far, marked incomplete with the count of "
-         "layouts left (default 50 s; the largest shipped example, DeepSeek-V3 on 2,048 H800, takes about 10).")]
+         "layouts left (default 50 s; give more for a larger search).")]
 SEARCH_TIME_LIMIT_S = 50.0
-"""How long `plan` and `scale` search without --time-limit: every answer within a minute (issue #16), the best
-found so far when a space is too large to finish."""
+"""How long `plan`, `scale` and `validate --rank` search without --time-limit: every answer within a minute
+(issue #16), the best found so far when the work is too large to finish (DeepSeek-V3 on 2,048 H800, the
+largest shipped example, takes about 10 s; ranking every published recipe about 2 minutes)."""
 
 
 def deadline(time_limit: float | None, default: float | None = None) -> float | None:

@@ -6,7 +6,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from parplan.cli._options import JsonOpt, RunsCompileOpt, RunsStackOpt, TimeLimitOpt, deadline, usage_errors
+from parplan.cli._options import (
+    SEARCH_TIME_LIMIT_S,
+    JsonOpt,
+    RunsCompileOpt,
+    RunsStackOpt,
+    SearchTimeLimitOpt,
+    deadline,
+    usage_errors,
+)
 from parplan.cli._output import Column, console, fitted_table, print_json, search_progress
 
 if TYPE_CHECKING:
@@ -28,7 +36,7 @@ def validate(
     group: Annotated[str | None, typer.Option(help="Only runs of this group (e.g. mbridge).")] = None,
     rank: Annotated[bool, typer.Option("--rank", help="Also search each run's job and rank the published "
                                                       "layout among all layouts (one search per run).")] = False,
-    time_limit: TimeLimitOpt = None,
+    time_limit: SearchTimeLimitOpt = None,
     cross_validate: Annotated[bool, typer.Option(
         "--cross-validate", help="Leave one source group out: refit the calibrated stack knobs on the other "
                                  "groups, predict the group (slow: one fit per group).")] = False,
@@ -57,7 +65,7 @@ def validate(
     )
     from parplan.stacks import load_stack
 
-    until = deadline(time_limit)
+    until = deadline(time_limit, SEARCH_TIME_LIMIT_S)
     runs = load_runs(data)
     with usage_errors():  # --compile on a stack without a compile path (a stack file's own errors name it)
         override = load_stack(stack, compile=compile) if stack is not None else None
@@ -169,8 +177,9 @@ def _show_ranks(ranks: list[RankResult], json_out: bool) -> None:
              k.best.strategy.describe(k.best.gpus) if k.best else "nothing fits"] for k in ranks]
     console.print(fitted_table("Published layouts among all layouts (predicted tokens/s/GPU)", [(columns, rows)]))
     if any(k.left for k in ranks):
-        console.print("Incomplete: the time limit stopped the searches marked 'left'; their rank "
-                      "counts only the layouts searched and their best is the best found so far.", highlight=False)
+        console.print("Incomplete: the time limit (--time-limit; 50 s by default) stopped the searches marked "
+                      "'left'; their rank counts only the layouts searched and their best is the best found so far.",
+                      highlight=False)
     for k in ranks:
         if k.gap is not None and k.gap > 0.15:
             console.print(f"{k.result.run.id}: {_why(k)}", highlight=False)
