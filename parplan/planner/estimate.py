@@ -446,24 +446,30 @@ class MemoryPeaks:
         return MemoryPeaks(*(getattr(self, f.name)[index] for f in dataclasses.fields(self)))
 
 
+def device_gib(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, reserved_gib: np.ndarray) -> np.ndarray:
+    """Device memory (nvidia-smi) of each layout's ranks, GiB: reserved plus the same bytes outside PyTorch's
+    allocator on every rank (device.outside_allocator_bytes); `reserved_gib` is (N,) or (N, K)."""
+    outside = device.outside_allocator_bytes(model, cluster, lay) / 2**30
+    return reserved_gib + (outside[:, None] if reserved_gib.ndim == 2 else outside)
+
+
 def _kinds(ctx: Ctx, rank_mem: memory.RankMemory) -> dict[str, np.ndarray]:
     """(N, K) GiB per rank pattern in each memory kind."""
-    allocated = rank_mem.total
-    reserved = device.reserved_bytes(allocated, rank_mem.transient, ctx.stack)
-    outside = device.outside_allocator_bytes(ctx.model, ctx.cluster, ctx.lay)[:, None]
-    return {"allocated": allocated / 2**30, "reserved": reserved / 2**30, "device": (reserved + outside) / 2**30}
+    reserved = device.reserved_bytes(rank_mem.total, rank_mem.transient, ctx.stack) / 2**30
+    return {"allocated": rank_mem.total / 2**30, "reserved": reserved,
+            "device": device_gib(ctx.model, ctx.cluster, ctx.lay, reserved)}
 
 
 def _peaks(ctx: Ctx, rank_mem: memory.RankMemory, pat: dict[str, np.ndarray]) -> MemoryPeaks:
-    """Each kind's peak over the ranks; device memory adds the same bytes outside the allocator to every rank."""
+    """Each kind's peak over the ranks (_kinds) and the host memory of the most loaded rank."""
     real = pat["count"] > 0
-    allocated = rank_mem.total
-    reserved = device.reserved_bytes(allocated, rank_mem.transient, ctx.stack)
-    reserved_peak = np.where(real, reserved, -np.inf).max(axis=1) / 2**30
-    outside = device.outside_allocator_bytes(ctx.model, ctx.cluster, ctx.lay) / 2**30
-    return MemoryPeaks(allocated=np.where(real, allocated, -np.inf).max(axis=1) / 2**30, reserved=reserved_peak,
-                       device=reserved_peak + outside,
-                       host=np.where(real, rank_mem.host, 0.0).max(axis=1) / 2**30)
+    kinds = _kinds(ctx, rank_mem)
+
+    def peak(gib: np.ndarray, padding: float = -np.inf) -> np.ndarray:
+        return np.where(real, gib, padding).max(axis=1)
+
+    return MemoryPeaks(allocated=peak(kinds["allocated"]), reserved=peak(kinds["reserved"]),
+                       device=peak(kinds["device"]), host=peak(rank_mem.host / 2**30, 0.0))
 
 
 _RECOMPUTE_NONE = RECOMPUTE.index("none")

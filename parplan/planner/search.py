@@ -41,10 +41,10 @@ import numpy as np
 from parplan.errors import ConfigError, NoFeasiblePlanError
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
-from parplan.planner.device import outside_allocator_bytes
 from parplan.planner.estimate import (
     Estimate,
     compute_floor,
+    device_gib,
     evaluate_layouts,
     peak_memory,
     required_memory_gib,
@@ -595,7 +595,7 @@ def _cost_blocks(reps: Layouts) -> _Partial:
         rows = np.flatnonzero(layout_filter(lay))
         lay, peaks, owner = lay.take(rows), peaks.take(rows), owner[rows]
     # Device memory includes the dispatcher's buffers (device.py), so it is completed after the expansion.
-    required = peaks.reserved + outside_allocator_bytes(model, cluster, lay) / 2**30
+    required = device_gib(model, cluster, lay, peaks.reserved)
     peaks = dataclasses.replace(peaks, device=required)
     least_req, least = np.inf, None
     if len(lay):
