@@ -114,11 +114,10 @@ SEARCH_TIME_LIMIT_S = 50.0
 largest shipped example, takes about 10 s; ranking every published recipe about 2 minutes)."""
 
 
-def deadline(time_limit: float | None, default: float | None = None) -> float | None:
-    """The time.monotonic() value a --time-limit (else `default`) ends at (None: no limit; the option's
-    callback checked the number)."""
-    limit = time_limit if time_limit is not None else default
-    return None if limit is None else time.monotonic() + limit
+def deadline(time_limit: float | None) -> float:
+    """The time.monotonic() value a --time-limit (else SEARCH_TIME_LIMIT_S) ends at (the option's callback
+    checked the number)."""
+    return time.monotonic() + (time_limit if time_limit is not None else SEARCH_TIME_LIMIT_S)
 
 
 def parse_gpu_counts(text: str) -> list[int]:

@@ -9,7 +9,6 @@ import typer
 from rich.table import Table
 
 from parplan.cli._options import (
-    SEARCH_TIME_LIMIT_S,
     ClusterOpt,
     CompileOpt,
     ExpertLoadOpt,
@@ -190,7 +189,7 @@ def plan_command(
     if days is not None and tokens is None:
         raise typer.BadParameter("--days needs --tokens", param_hint="--days")
     counts = parse_gpu_counts(gpus)
-    until = deadline(time_limit, SEARCH_TIME_LIMIT_S)
+    until = deadline(time_limit)
     with usage_errors():
         space = space_from_options(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, zero=zero, mbs=mbs, max_tp=max_tp,
                                    max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, sp=sp, recompute=recompute,

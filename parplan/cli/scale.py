@@ -7,7 +7,6 @@ from typing import Annotated
 import typer
 
 from parplan.cli._options import (
-    SEARCH_TIME_LIMIT_S,
     ClusterOpt,
     CompileOpt,
     ExpertLoadOpt,
@@ -62,7 +61,7 @@ def scale_command(
     from parplan.stacks import load_stack
 
     counts = parse_gpu_counts(gpus)
-    until = deadline(time_limit, SEARCH_TIME_LIMIT_S)
+    until = deadline(time_limit)
     if plot:
         check_plot_path(plot)
     with usage_errors():

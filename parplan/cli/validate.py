@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from parplan.cli._options import (
-    SEARCH_TIME_LIMIT_S,
     JsonOpt,
     RunsCompileOpt,
     RunsStackOpt,
@@ -65,7 +64,7 @@ def validate(
     )
     from parplan.stacks import load_stack
 
-    until = deadline(time_limit, SEARCH_TIME_LIMIT_S)
+    until = deadline(time_limit)
     runs = load_runs(data)
     with usage_errors():  # --compile on a stack without a compile path (a stack file's own errors name it)
         override = load_stack(stack, compile=compile) if stack is not None else None
