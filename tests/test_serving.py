@@ -53,7 +53,6 @@ def test_kv_bytes_gpt_oss_sliding_window():
     assert kvcache.kv_bytes_per_token(m, "bf16") == 18 * 2048
     expect = 18 * 10_000 * 2048 + 18 * 128 * 2048
     assert float(kvcache.sequence_bytes(m, "bf16", 10_000)) == expect
-    assert 36 * 10_000 * 2048 / expect == pytest.approx(1.98, abs=0.01)
 
 
 def test_kv_pages_round_up():
