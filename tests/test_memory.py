@@ -169,6 +169,33 @@ def test_nanotron_cuts_stages_by_compute_cost():
 
 # ----------------------------------------------------------------------------------- memory kinds
 
+def _nanotron_first_rank(seq: int, stack) -> dict:
+    model = load_model(str(data_dir("runs") / "models" / "nanotron-llama-8.86b.json"))
+    s = Strategy(tp=1, pp=2, zero=1, sp=False, gbs=256, seq=seq, schedule="1f1b")
+    return evaluate(model, load_cluster("h100", gpus=32), s, stack=stack).stages[0]["memory_gib"]
+
+
+def test_gradient_copies_made_in_a_backward_replace_its_activations():
+    """nanotron's FP32GradientAccumulator.backward adds each bf16 param.grad into the fp32 buffer and drops it after
+    every micro-batch's backward, which made them as it freed that micro-batch's activations; torch DDP's bucket
+    copy stays. The Ultra-Scale Playbook's 8.86B (32 layers, h 4,096, MHA, ffn 14,336, vocab 131,072) on PP2:
+    nanotron's cost cut gives the first rank 18 layers and the embedding, 18 x (4 x 4,096² + 3 x 4,096 x 14,336
+    + 2 x 4,096) + 131,072 x 4,096 = 4,915,871,744 parameters. One micro-batch of 4,096 tokens keeps per layer
+    16·s·h (norm inputs, GEMM inputs, Q, K, V, attention output) + 8·s·ffn (gate and up, SiLU output, down-proj
+    input) + 4·s·32 (log-sum-exp) = 738,721,792 B, 18 layers 13.3 GB > the 9.8 GB of param.grad: the gradients
+    are the fp32 buffer and the DDP copy, 6 B per parameter. At 256 tokens one micro-batch keeps 18 x
+    738,721,792 / 16 = 831,062,016 B, so the param.grad copies outweigh it by 2 x 4,915,871,744 - 831,062,016."""
+    params = 4_915_871_744
+    assert _nanotron_first_rank(4096, "nanotron")["gradients"] * 2**30 == pytest.approx(6 * params)
+    short = _nanotron_first_rank(256, "nanotron")["gradients"] * 2**30
+    assert short == pytest.approx(6 * params + 2 * params - 831_062_016)
+    held = with_memory(load_stack("nanotron"), ["grad_copies=2", "backward_grad_copies=0"])
+    none = with_memory(load_stack("nanotron"), ["grad_copies=1", "backward_grad_copies=0"])
+    for seq in (256, 4096):
+        made = _nanotron_first_rank(seq, "nanotron")["gradients"]
+        assert _nanotron_first_rank(seq, none)["gradients"] <= made <= _nanotron_first_rank(seq, held)["gradients"]
+
+
 def test_allocator_headroom_against_a_logged_peak():
     """NVIDIA/Megatron-LM PR #5662 log, PyTorch's default caching allocator: 'allocated: 3270.16 | max allocated:
     5670.39 | reserved: 6406.00 | max reserved: 6406.00' (MiB). The rule reserved = max allocated + headroom ×
