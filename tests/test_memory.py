@@ -300,11 +300,12 @@ def published():
 
 NOT_FITTING = {"llama3_405b_8k_gpu_8k_seq"}
 """Published runs that ran but are predicted not to fit: Llama 3 405B on 8,192 GPUs without recompute at 8K holds
-141 one-layer chunk-micro-batches on its second pipeline rank, 2·14 + 7·N + 1 with the paper's N (arXiv 2407.21783
-§3.3.2) at its least, N = PP = 16: Megatron-Core refuses N outside [PP, M] (schedules.py) and PyTorch's flexible
-interleaved 1F1B takes N = M / (M // PP) = 16 for M = 32 (torch.distributed.pipelining _get_warmup_ops). Its 70
-GiB of activations fit in allocated memory (76.9 GiB); the caching allocator's headroom and the CUDA context and
-NCCL buffers do not (85.5 GiB), and the paper states no allocator figure that would close the gap."""
+141 one-layer chunk-micro-batches on its second pipeline rank, 2·14 + 7·N + 1 with N, the paper's micro-batches
+per group (arXiv 2407.21783 §3.3.2), at its least, N = PP = 16: Megatron-Core refuses N outside [PP, M]
+(schedules.py) and PyTorch's flexible interleaved 1F1B takes N = M / (M // PP) = 16 for M = 32
+(torch.distributed.pipelining _get_warmup_ops). Its 70 GiB of activations fit in allocated memory (76.9 GiB); the
+caching allocator's headroom and the CUDA context and NCCL buffers do not (85.5 GiB), and the paper states no
+allocator figure that would close the gap."""
 
 
 def test_published_runs_that_ran_fit(published):
