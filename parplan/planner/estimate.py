@@ -28,7 +28,7 @@ from parplan.planner import comm, compute, device, memory
 from parplan.planner.context import Ctx
 from parplan.planner.offload import offload_time
 from parplan.planner.recompute import communication_share, layer_recompute_time, recompute_flops_per_token
-from parplan.planner.schedule import bubble_time, inflight_share, rank_patterns
+from parplan.planner.schedule import S_DUALPIPE, bubble_time, inflight_share, rank_patterns
 from parplan.planner.strategy import RECOMPUTE, Layouts, Strategy
 from parplan.planner.workload import UNIFORM, Workload
 from parplan.stacks.presets import load_stack
@@ -416,7 +416,15 @@ def _rank_memory(ctx: Ctx, pat: dict[str, np.ndarray], params: _RankParams) -> m
     ends = pat["held_embedding"] * memory.token_id_bytes(ctx)[:, None]
     if model.mtp_layers:
         ends = ends + pat["held_head"] * memory.mtp_activation_bytes(ctx, act_d, act_m)[:, None]
-    activations = memory.offloaded_activations(ctx, scale * layers, np.maximum(act_d, act_m)[:, None]) + scale * ends
+    widest = np.maximum(act_d, act_m)[:, None]
+    activations = memory.offloaded_activations(ctx, scale * layers, widest) + scale * ends
+    gradients = states.gradients
+    if ctx.stack.memory.backward_grad_copies:
+        one = pat["dense"] * act_d[:, None] + pat["moe"] * act_m[:, None]
+        # DualPipe's rank holds two stages with vpp 1; interleaving holds vpp chunks.
+        chunks = np.where(lay.schedule == S_DUALPIPE, 2, lay.vpp)[:, None]
+        gradients = gradients + memory.backward_copy_excess(
+            states.backward_copies, memory.offloaded_activations(ctx, one, widest), chunks)
     z3_sharded = (lay.zero[:, None] == 3) & _reshards(ctx)
     # The loss's logits live between the last forward and the first backward, the blocks' ZeRO-3 buffers and the
     # backward's working set after them: the peak holds one of the two phases on top of what both keep.
@@ -429,7 +437,7 @@ def _rank_memory(ctx: Ctx, pat: dict[str, np.ndarray], params: _RankParams) -> m
         # fp8 parameters replace the bf16 linear weights (their transpose is in fp8_weight_bytes).
         weights = weights - np.where(ctx.fp8[:, None] & ~z3_sharded,
                                      (memory.COMPUTE_WEIGHT_BYTES - memory.FP8_BYTES) * params.linear, 0.0)
-    return memory.RankMemory(weights=weights, gradients=states.gradients, optimizer=states.optimizer,
+    return memory.RankMemory(weights=weights, gradients=gradients, optimizer=states.optimizer,
                              activations=activations, buffers=buffers, host=states.host)
 
 

@@ -64,6 +64,9 @@ class StateBytes:
     optimizer step updates."""
     grad_elements: np.ndarray
     """Elements of the rank's gradient accumulation buffer: what the step zeroes."""
+    backward_copies: np.ndarray
+    """Parameter-dtype gradient copies made within each micro-batch's backward and dropped at its end
+    (Memory.backward_grad_copies); not in `gradients`: `backward_copy_excess` says what of them the peak holds."""
 
     def __add__(self, other: StateBytes) -> StateBytes:
         return StateBytes(*(getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__))
@@ -88,10 +91,13 @@ def model_state_bytes(params: np.ndarray, shard: np.ndarray, zero: np.ndarray, m
         weights = stored + np.where(z2 & ~z3_sharded, params * COMPUTE_WEIGHT_BYTES, 0.0)
     grad_elements = params / np.where(z2 & grads_sharded, shard, 1)
     grads = grad_elements * mem.grad_bytes
-    if mem.grad_copies:
-        # ZeRO-2/3 reduce the parameter-dtype gradients bucket by bucket and free them; below, every one exists
-        # at the end of a backward.
-        grads = grads + np.where(z2, 0.0, params * mem.grad_copies * GRAD_COPY_BYTES)
+    # ZeRO-2/3 reduce the parameter-dtype gradients bucket by bucket and free them; below, every one exists at
+    # the end of a backward.
+    backward = np.zeros(1)
+    if mem.grad_copies or mem.backward_grad_copies:
+        copies = np.where(z2, 0.0, params * GRAD_COPY_BYTES)
+        grads = grads + mem.grad_copies * copies
+        backward = mem.backward_grad_copies * copies
     optimizer_shard = params / np.where(zero >= 1, shard, 1)
     states = optimizer_shard * (mem.master_weight_bytes + 2 * mem.moment_bytes)
     ema = optimizer_shard * EMA_BYTES
@@ -100,7 +106,15 @@ def model_state_bytes(params: np.ndarray, shard: np.ndarray, zero: np.ndarray, m
     if mem.ema != "none":
         on_gpu, host = (on_gpu + ema, host) if mem.ema == "gpu" else (on_gpu, host + ema)
     return StateBytes(weights=weights, gradients=grads, optimizer=on_gpu, host=host, updated=optimizer_shard,
-                      grad_elements=grad_elements)
+                      grad_elements=grad_elements, backward_copies=backward)
+
+
+def backward_copy_excess(copies: np.ndarray, micro_batch: np.ndarray, chunks: np.ndarray) -> np.ndarray:
+    """What the peak holds of gradient copies made within each backward and dropped at its end (`copies` bytes
+    of a rank, StateBytes.backward_copies): a chunk's backward makes its share of them as it frees one
+    micro-batch's activations of that chunk (`micro_batch` bytes over the rank's `chunks` chunks), so they add
+    only where they outweigh those activations."""
+    return np.maximum(copies - micro_batch, 0.0) / chunks
 
 
 def _split(ctx: Ctx, lin) -> np.ndarray:

@@ -11,8 +11,8 @@ A stack file has the preset schema (see parplan/data/stacks/megatron-core.yaml):
                     zero3_overlaps_tp}
     recompute: {none: none, selective: op_sac, full: full}    # name -> what it recomputes
     runs: {exporter, parallelism, zero, schedules, precisions}   # exporter: megatron, torchtitan@0.3.0, ...
-    memory: {weight_bytes, master_weight_bytes, grad_bytes, grad_copies, moment_bytes, fp8_params,
-             fp8_weight_cache_bytes, fp8_activation_bytes, fp8_attention_output, fp8_swiglu_input,
+    memory: {weight_bytes, master_weight_bytes, grad_bytes, grad_copies, backward_grad_copies, moment_bytes,
+             fp8_params, fp8_weight_cache_bytes, fp8_activation_bytes, fp8_attention_output, fp8_swiglu_input,
              logit_bytes, loss_compiled, loss_chunks, vocab_parallel_loss, zero3_unit, pipeline_grad_shards,
              pipeline_ends, allocator, optimizer_offload, activation_offload, ema}
     sources: {kernels.attention: "where the value comes from", ...}
@@ -71,6 +71,7 @@ _CHOICES: dict[str, tuple[object, ...]] = {
     "memory.master_weight_bytes": (0, 4),
     "memory.grad_bytes": (2, 4),
     "memory.grad_copies": (0, 1, 2),
+    "memory.backward_grad_copies": (0, 1, 2),
     "memory.moment_bytes": (1, 2, 4),
     "memory.fp8_weight_cache_bytes": (0, 1, 2),
     "memory.fp8_activation_bytes": (1, 2),

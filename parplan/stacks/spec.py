@@ -174,10 +174,14 @@ class Memory:
     grad_bytes: int
     """Bytes per element of the gradient accumulation buffer: 4 (fp32 main grads) or 2 (bf16)."""
     grad_copies: int
-    """Copies of every gradient in the parameter dtype (2 B) held besides the accumulation buffer until the
-    micro-batch's backward ends: 0 (the weight-gradient GEMM accumulates straight into the buffer: Megatron's
-    gradient-accumulation fusion), 1 (autograd's param.grad before it is added to the buffer: DeepSpeed's bf16
-    optimizer), 2 (param.grad plus torch DDP's bucket copy: nanotron)."""
+    """Copies of every gradient in the parameter dtype (2 B) held besides the accumulation buffer through the
+    whole step, the activations' peak included: 0 (the weight-gradient GEMM accumulates straight into the
+    buffer: Megatron's gradient-accumulation fusion), 1 (DeepSpeed's bf16 param.grad, cleared only when the next
+    backward starts; torch DDP's bucket copy, allocated once)."""
+    backward_grad_copies: int
+    """Copies of every gradient in the parameter dtype (2 B) that exist only within each micro-batch's backward:
+    autograd's param.grad, made as that micro-batch's activations are freed and dropped when its backward ends
+    (nanotron's FP32GradientAccumulator.backward), so the peak holds whichever of the two is larger."""
     moment_bytes: int
     """Bytes per element of each of Adam's two moments: 4 (fp32), 2 (bf16: Megatron --exp-avg-dtype bf16,
     DeepSeek-V3 §3.3.3) or 1 (8-bit Adam)."""
