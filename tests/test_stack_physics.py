@@ -233,3 +233,19 @@ def test_deterministic_mode_is_never_faster(kw):
     fast = evaluate(LLAMA8, cluster, s, stack=load_stack("megatron-core"))
     slow = evaluate(LLAMA8, cluster, s, stack=_variant("megatron-core", kernels__deterministic=True))
     assert slow.step_time_s > fast.step_time_s
+
+
+def test_mla_rotates_only_its_rope_dimensions():
+    """DeepSeek-V2 §2.1.3 (decoupled RoPE): MLA rotates the qk_rope_head_dim = 64 part of each of DeepSeek-V3's
+    128 query heads and one 64-wide k_pe shared by all heads, not the 192-wide heads. Eager RoPE moves 20 B per
+    rotated element, fused 4 B (compute.EAGER_OPS): over 8,192 tokens at TP 1 the difference is
+    16 · 8,192 · (128·64 + 64) = 1,082,130,432 B."""
+    v3 = load_model("deepseek-v3")
+    cluster = load_cluster("h100", gpus=8)
+    lay = Layouts.from_strategies([Strategy(gbs=8, seq=8192)])
+    eager, fused = (Ctx.build(v3, cluster, lay, stack=_variant(ANY_STACK, kernels__fused_ops=ops))
+                    for ops in (("norm", "activation"), ("norm", "rope", "activation")))
+    fp8 = np.zeros(1)
+    diff = (compute._elementwise_bytes(eager, LayerKind.DENSE, fp8)
+            - compute._elementwise_bytes(fused, LayerKind.DENSE, fp8))
+    assert diff[0] == 16 * 8192 * (128 * 64 + 64) == 1_082_130_432

@@ -301,7 +301,10 @@ def _elementwise_bytes(ctx: Ctx, kind: LayerKind, fp8_inputs: np.ndarray) -> np.
     q_w = a.heads * a.qk_head_dim / ctx.t
     k_w = (a.heads * a.qk_head_dim if a.mla else a.kv_heads * a.head_dim) / ctx.t
     if model.position == "rope":
-        nbytes = nbytes + _op_bytes(ctx, "rope") * tok * (q_w + k_w)  # rotate q and k
+        # MLA rotates only the decoupled RoPE part: qk_rope_head_dim of each query head and the one k_pe all heads
+        # share (DeepSeek-V2 §2.1.3; Megatron multi_latent_attention.py applies rotary to q_pos_emb, k_pos_emb).
+        rot_q, rot_k = (a.heads * a.mla.qk_rope_head_dim / ctx.t, a.mla.qk_rope_head_dim) if a.mla else (q_w, k_w)
+        nbytes = nbytes + _op_bytes(ctx, "rope") * tok * (rot_q + rot_k)  # rotate q and k
     if a.qk_norm:
         nbytes = nbytes + 4.0 * tok * (q_w + k_w)
     act = _activation_bytes(ctx)
