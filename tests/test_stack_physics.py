@@ -141,7 +141,8 @@ def test_torchao_float8_casts_every_weight_at_every_use():
     weight (2 B), the forward cast reads it and writes fp8 (3 B), backward casts it again (3 B). Llama 3.1 8B's
     quantised linears of one layer: wq 4096² + wk, wv 4096·1024 + wo 4096² + w1, w3, w2 4096·14336 =
     218,103,808 weights, cast in every micro-batch where the stack caches no fp8 copy (torchtitan), never where
-    Transformer Engine keeps the copies for the step (megatron-core)."""
+    Transformer Engine keeps the copies for the step (megatron-core) or XLA quantises them inside the GEMM's
+    operand fusion (maxtext)."""
     weights = 2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336
     assert weights == 218_103_808
     titan = _ctx("torchtitan", zero=3, precision="fp8")
@@ -150,6 +151,7 @@ def test_torchao_float8_casts_every_weight_at_every_use():
     assert compute.FP8_WEIGHT_CAST_BYTES == (5.0, 3.0)
     assert compute.fp8_weight_casts(_ctx(ANY_STACK, precision="fp8"), np.array([weights]))[0] == 0
     assert compute.fp8_weight_casts(_ctx("torchtitan", zero=3), np.array([weights]))[0] == 0  # bf16: no casts
+    assert compute.fp8_weight_casts(_ctx("maxtext", zero=3, precision="fp8"), np.array([weights]))[0] == 0
 
 
 def test_eager_rmsnorm_moves_ten_times_the_bytes():

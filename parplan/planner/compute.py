@@ -382,13 +382,16 @@ def fill_time(ctx: Ctx, kind: LayerKind) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fp8_weight_casts(ctx: Ctx, fp8_weights: np.ndarray) -> np.ndarray:
-    """Weight elements one micro-batch casts to fp8 (FP8_WEIGHT_CAST_BYTES each): all of them where the stack
-    casts at every use (StackSpec.memory.fp8_weight_cache_bytes 0: torchao Float8Linear); none where the weights
-    are fp8 already (the optimizer step casts its own shard) or where the stack keeps the fp8 copies for the
+    """Weight elements one micro-batch casts to fp8 in kernels of their own (FP8_WEIGHT_CAST_BYTES each): all of
+    them where the stack casts at every use (StackSpec.memory.fp8_weight_cache_bytes 0: torchao Float8Linear,
+    eager or compiled per block, casts the weight parameter outside the block's fused chain). None where the
+    weights are fp8 already (the optimizer step casts its own shard), where the stack keeps the fp8 copies for the
     step (Transformer Engine casts on the first micro-batch only, is_first_microbatch: once per step, 8 B per
-    weight against the 38 B per parameter of the optimizer step, ADAM_BYTES_PER_PARAM)."""
-    mem = ctx.stack.memory
-    if mem.fp8_params or mem.fp8_weight_cache_bytes > 0:
+    weight against the 38 B per parameter of the optimizer step, ADAM_BYTES_PER_PARAM), or where one compiled
+    program covers the step (XLA quantises the weight inside the GEMM's operand fusion: stacks/maxtext.yaml)."""
+    st = ctx.stack
+    if st.memory.fp8_params or st.memory.fp8_weight_cache_bytes > 0 or (
+            st.compiled and st.kernels.compile_scope == "program"):
         return np.zeros(len(ctx.lay))
     return np.where(ctx.fp8, fp8_weights, 0.0)
 
