@@ -236,21 +236,22 @@ def test_every_shipped_run_evaluates(shipped):
 
 
 def test_all_runs_tier_a_median_error_target(shipped):
-    """Issue #12 target: over all shipped runs with their stacks, tier-A median |error| <= 10% (7.6% when the
-    stacks landed). The p90 target of 25% is not met: 31.3% when the stacks landed, 26.1% once Megatron's CI
-    tests were costed in their deterministic mode, 28.5% once torchtitan's per-op SAC saves every second matmul
-    under float8 as in bf16 (what torchao's measured peaks show, issue #13), which speeds up the MI300X float8
-    rows that were already predicted 26-32% fast. A regression guard, not the target."""
+    """Issue #12 targets: over all shipped runs with their stacks, tier-A median |error| <= 10% (7.6% when the
+    stacks landed, 7.5% now) and p90 <= 25%: 31.3% when the stacks landed, 26.1% once Megatron's CI tests were
+    costed in their deterministic mode, 28.5% once torchtitan's per-op SAC saved every second matmul under
+    float8 as in bf16, 24.0% since MI300X's GEMM and FlashAttention-2 rates are measured figures (AMD's MAF table,
+    ROCm/flash-attention#142) instead of priors."""
     errs = [abs(r.throughput_error) for r in shipped if r.run.tier == "A"]
     assert np.median(errs) <= 0.10
-    assert np.percentile(errs, 90) <= 0.29
+    assert np.percentile(errs, 90) <= 0.25
 
 
 @pytest.mark.parametrize("group", ["bloom_search", "fms_fsdp", "maxtext_gpu", "nanotron_playbook",
-                                   "torchtitan_asynctp", "torchtitan_f8nocompile", "megatron_sc21_zero3"])
+                                   "torchtitan_asynctp", "torchtitan_f8nocompile", "megatron_sc21_zero3",
+                                   "torchao_e2e", "olmo_core", "opt"])
 def test_other_stacks_group_median_target(shipped, group):
-    """Issue #12 target: every source group's median |error| <= 20% (these groups meet it; mcore_ci,
-    torchao_e2e and the tier-C olmo_core/opt do not)."""
+    """Issue #12 target: every source group's median |error| <= 20% (these groups meet it; mcore_ci does not:
+    its GB200 and MoE tests, README)."""
     errs = [abs(r.throughput_error) for r in shipped if r.run.group == group]
     assert errs and np.median(errs) <= 0.20
 

@@ -75,6 +75,14 @@ def test_fp8_reaches_its_own_measured_ceiling():
     assert gemm_efficiency(gpu, *gpu.gemm_best_shape, dtype="fp8") == pytest.approx(0.709, rel=1e-3)
 
 
+def test_mi300x_reaches_amds_max_achievable_flops():
+    """AMD Max-Achievable FLOPs on MI300X (ROCm/rocm-blogs measuring-max-achievable-flops-part2, Table 1): bf16
+    708 TFLOP/s at 4096x4864x32896 = 708/1307.4 = 54.2% of peak; fp8 1273 = 1273/2614.9 = 48.7%."""
+    gpu = load_cluster("mi300x").gpu
+    assert gemm_efficiency(gpu, *gpu.gemm_best_shape) * 1307.4 == pytest.approx(708, rel=2e-3)
+    assert gemm_efficiency(gpu, *gpu.gemm_best_shape, dtype="fp8") * 2614.9 == pytest.approx(1273, rel=2e-3)
+
+
 def test_gemm_time_is_bound_by_traffic_for_short_k():
     """M=8192, N=4096, K=64 on H100: 4.3 GFLOP but 68.7 MB of operands and output. The time is at least the
     HBM time (8192·64 + 64·4096 + 8192·4096)·2 B / (3.35e12·0.85) + 4 µs launch = 28.1 µs, and the tile

@@ -127,6 +127,33 @@ def test_fa2_on_hopper_runs_at_its_own_efficiency():
     assert attention_efficiency(a100, 8192, kernel="fa2") == attention_efficiency(a100, 8192)
 
 
+def test_fa2_on_mi300x_runs_at_its_measured_rate():
+    """ROCm/flash-attention#142 (MI300X, ROCm 6.3.2, head dim 128, batch 1, 16,384 tokens): FlashAttention-2
+    forward 353.22 and backward 194.43 TFLOP/s against the 1,307.4 TFLOP/s bf16 peak; within the rounding of
+    the stored asymptotes (0.281, 0.155)."""
+    gpu = load_cluster("mi300x").gpu
+    assert attention_efficiency(gpu, 16384, kernel="fa2") * 1307.4 == pytest.approx(353.22, rel=3e-3)
+    assert attention_efficiency(gpu, 16384, backward=True, kernel="fa2") * 1307.4 == pytest.approx(194.43, rel=3e-3)
+
+
+def test_torchao_float8_casts_every_weight_at_every_use():
+    """torchao's roofline model (roofline_utils.py, tensorwise, role 'weight'): the amax pass reads the bf16
+    weight (2 B), the forward cast reads it and writes fp8 (3 B), backward casts it again (3 B). Llama 3.1 8B's
+    quantised linears of one layer: wq 4096² + wk, wv 4096·1024 + wo 4096² + w1, w3, w2 4096·14336 =
+    218,103,808 weights, cast in every micro-batch where the stack caches no fp8 copy (torchtitan), never where
+    Transformer Engine keeps the copies for the step (megatron-core) or XLA quantises them inside the GEMM's
+    operand fusion (maxtext)."""
+    weights = 2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336
+    assert weights == 218_103_808
+    titan = _ctx("torchtitan", zero=3, precision="fp8")
+    assert compute.gemm_work(titan, LayerKind.DENSE).fp8_weights[0] == weights
+    assert compute.fp8_weight_casts(titan, np.array([weights]))[0] == weights
+    assert compute.FP8_WEIGHT_CAST_BYTES == (5.0, 3.0)
+    assert compute.fp8_weight_casts(_ctx(ANY_STACK, precision="fp8"), np.array([weights]))[0] == 0
+    assert compute.fp8_weight_casts(_ctx("torchtitan", zero=3), np.array([weights]))[0] == 0  # bf16: no casts
+    assert compute.fp8_weight_casts(_ctx("maxtext", zero=3, precision="fp8"), np.array([weights]))[0] == 0
+
+
 def test_eager_rmsnorm_moves_ten_times_the_bytes():
     """PyTorch's composite RMSNorm (upcast, pow, mean, scale, weight, downcast) moves 40 B per element against
     a fused kernel's 4 (compute.EAGER_OPS hand count)."""
@@ -208,3 +235,19 @@ def test_deterministic_mode_is_never_faster(kw):
     fast = evaluate(LLAMA8, cluster, s, stack=load_stack("megatron-core"))
     slow = evaluate(LLAMA8, cluster, s, stack=_variant("megatron-core", kernels__deterministic=True))
     assert slow.step_time_s > fast.step_time_s
+
+
+def test_mla_rotates_only_its_rope_dimensions():
+    """DeepSeek-V2 §2.1.3 (decoupled RoPE): MLA rotates the qk_rope_head_dim = 64 part of each of DeepSeek-V3's
+    128 query heads and one 64-wide k_pe shared by all heads, not the 192-wide heads. Eager RoPE moves 20 B per
+    rotated element, fused 4 B (compute.EAGER_OPS): over 8,192 tokens at TP 1 the difference is
+    16 · 8,192 · (128·64 + 64) = 1,082,130,432 B."""
+    v3 = load_model("deepseek-v3")
+    cluster = load_cluster("h100", gpus=8)
+    lay = Layouts.from_strategies([Strategy(gbs=8, seq=8192)])
+    eager, fused = (Ctx.build(v3, cluster, lay, stack=_variant(ANY_STACK, kernels__fused_ops=ops))
+                    for ops in (("norm", "activation"), ("norm", "rope", "activation")))
+    fp8 = np.zeros(1)
+    diff = (compute._elementwise_bytes(eager, LayerKind.DENSE, fp8)
+            - compute._elementwise_bytes(fused, LayerKind.DENSE, fp8))
+    assert diff[0] == 16 * 8192 * (128 * 64 + 64) == 1_082_130_432

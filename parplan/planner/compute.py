@@ -142,6 +142,12 @@ FP8_CAST_BYTES = 5
 """Per element of an fp8 GEMM operand: read bf16 (2 B), write the fp8 copy (1 B) and its transpose for the
 other GEMM of the pair (read 1 B, write 1 B; Hopper fp8 GEMMs take one layout only)."""
 
+FP8_WEIGHT_CAST_BYTES = (5.0, 3.0)
+"""(forward, backward) bytes per linear weight element of casting a bf16 weight to fp8 with a per-tensor scale:
+the amax pass reads it (2 B) and the forward cast reads it and writes the fp8 copy (3 B); backward casts it again
+into the transposed layout (3 B). torchao's roofline model counts these kernels (torchao/testing/training/
+roofline_utils.py get_tensor_memory_traffic_ovhd_s, tensorwise, tensor_role 'weight')."""
+
 
 @dataclass(frozen=True, slots=True)
 class GemmWork:
@@ -159,13 +165,15 @@ class GemmWork:
     """Elements of the activation (forward) and gradient (backward) operands cast to fp8 where fp8 is on."""
     weights: np.ndarray
     """Weight elements (what each micro-batch's weight gradient is accumulated into)."""
+    fp8_weights: np.ndarray
+    """Elements of the weights the fp8 GEMMs take (every linear but the router)."""
 
 
 def gemm_work(ctx: Ctx, kind: LayerKind, keep: Callable[[Linear], float] = lambda lin: 1.0) -> GemmWork:
     """Forward, data-grad and weight-grad GEMMs of the linears of a layer of `kind`, each weighted by `keep`
     (True/1 counts a linear whole, False/0 leaves it out, a fraction counts that share of its work)."""
     scale = compute_scale(ctx)
-    fwd = bwd = wgrad = flops = fp8_inputs = weights = 0.0
+    fwd = bwd = wgrad = flops = fp8_inputs = weights = fp8_weights = 0.0
     for lin, m, n, k, count in gemm_shapes(ctx, kind):
         share = float(keep(lin))
         if not share:
@@ -178,13 +186,14 @@ def gemm_work(ctx: Ctx, kind: LayerKind, keep: Callable[[Linear], float] = lambd
         wg = _gemm(ctx, k, n, m, count, quantised)
         if quantised:
             fp8_inputs = fp8_inputs + m * (k + n) * count  # activation (fwd) and gradient (bwd) casts
+            fp8_weights = fp8_weights + k * n * count
         fwd = fwd + f / scale
         bwd = bwd + (dg + wg) / scale
         wgrad = wgrad + wg / scale
         flops = flops + 2.0 * m * n * k * count
         weights = weights + k * n * count
     zero = np.zeros(len(ctx.lay))
-    return GemmWork(*(zero + x for x in (fwd, bwd, wgrad, flops, fp8_inputs, weights)))
+    return GemmWork(*(zero + x for x in (fwd, bwd, wgrad, flops, fp8_inputs, weights, fp8_weights)))
 
 
 DETERMINISTIC_FLASH_BACKWARD = 361.3 / 574.7
@@ -292,7 +301,10 @@ def _elementwise_bytes(ctx: Ctx, kind: LayerKind, fp8_inputs: np.ndarray) -> np.
     q_w = a.heads * a.qk_head_dim / ctx.t
     k_w = (a.heads * a.qk_head_dim if a.mla else a.kv_heads * a.head_dim) / ctx.t
     if model.position == "rope":
-        nbytes = nbytes + _op_bytes(ctx, "rope") * tok * (q_w + k_w)  # rotate q and k
+        # MLA rotates only the decoupled RoPE part: qk_rope_head_dim of each query head and the one k_pe all heads
+        # share (DeepSeek-V2 §2.1.3; Megatron multi_latent_attention.py applies rotary to q_pos_emb, k_pos_emb).
+        rot_q, rot_k = (a.heads * a.mla.qk_rope_head_dim / ctx.t, a.mla.qk_rope_head_dim) if a.mla else (q_w, k_w)
+        nbytes = nbytes + _op_bytes(ctx, "rope") * tok * (rot_q + rot_k)  # rotate q and k
     if a.qk_norm:
         nbytes = nbytes + 4.0 * tok * (q_w + k_w)
     act = _activation_bytes(ctx)
@@ -369,17 +381,33 @@ def fill_time(ctx: Ctx, kind: LayerKind) -> tuple[np.ndarray, np.ndarray]:
             zero + memory_bound_time(gpu, ACT_BYTES * bwd, 2 * kernels))
 
 
+def fp8_weight_casts(ctx: Ctx, fp8_weights: np.ndarray) -> np.ndarray:
+    """Weight elements one micro-batch casts to fp8 in kernels of their own (FP8_WEIGHT_CAST_BYTES each): all of
+    them where the stack casts at every use (StackSpec.memory.fp8_weight_cache_bytes 0: torchao Float8Linear,
+    eager or compiled per block, casts the weight parameter outside the block's fused chain). None where the
+    weights are fp8 already (the optimizer step casts its own shard), where the stack keeps the fp8 copies for the
+    step (Transformer Engine casts on the first micro-batch only, is_first_microbatch: once per step, 8 B per
+    weight against the 38 B per parameter of the optimizer step, ADAM_BYTES_PER_PARAM), or where one compiled
+    program covers the step (XLA quantises the weight inside the GEMM's operand fusion: stacks/maxtext.yaml)."""
+    st = ctx.stack
+    if st.memory.fp8_params or st.memory.fp8_weight_cache_bytes > 0 or (
+            st.compiled and st.kernels.compile_scope == "program"):
+        return np.zeros(len(ctx.lay))
+    return np.where(ctx.fp8, fp8_weights, 0.0)
+
+
 def layer_time(ctx: Ctx, kind: LayerKind) -> LayerTime:
     """Forward/backward compute of one layer of `kind`, one micro-batch, one rank (no communication)."""
     gpu = ctx.cluster.gpu
     gemms = gemm_work(ctx, kind)
     attn_f, attn_b = _attention(ctx)
     elem = _elementwise_bytes(ctx, kind, gemms.fp8_inputs)
+    casts = fp8_weight_casts(ctx, gemms.fp8_weights)
     kernels = ELEMENTWISE_KERNELS + _extra_kernels(ctx)
     fill_f, fill_b = fill_time(ctx, kind)
-    elem_f = memory_bound_time(gpu, elem, kernels) + fill_f
-    elem_b = memory_bound_time(gpu, BACKWARD_ELEMENTWISE * elem + GRAD_ACCUMULATION_BYTES * gemms.weights,
-                               2 * kernels) + fill_b
+    elem_f = memory_bound_time(gpu, elem + FP8_WEIGHT_CAST_BYTES[0] * casts, kernels) + fill_f
+    elem_b = memory_bound_time(gpu, BACKWARD_ELEMENTWISE * elem + GRAD_ACCUMULATION_BYTES * gemms.weights
+                               + FP8_WEIGHT_CAST_BYTES[1] * casts, 2 * kernels) + fill_b
     launch_f, launch_b = launch_time(ctx, kind, gemms.forward + attn_f + elem_f, gemms.backward + attn_b + elem_b)
     return LayerTime(gemm_f=gemms.forward, gemm_b=gemms.backward, gemm_w=gemms.wgrad, attn_f=attn_f,
                      attn_b=attn_b, elem_f=elem_f, elem_b=elem_b, launch_f=launch_f, launch_b=launch_b)
@@ -387,7 +415,7 @@ def layer_time(ctx: Ctx, kind: LayerKind) -> LayerTime:
 
 FP8_CAST_KERNELS = 2
 """Kernels an fp8 GEMM adds for its activation operand: the amax/scale and the cast (with its transpose for the
-other GEMM of the pair); weights are cast once per step (FP8_CAST_BYTES)."""
+other GEMM of the pair); the weights' casts are fp8_weight_casts."""
 
 MOE_ROUTING_KERNELS = 8
 """Kernels of an MoE layer's routing beyond its GEMMs: router softmax/top-k, permute, the dispatch all-to-all,
