@@ -48,7 +48,7 @@ def _run(args: list[str]) -> int:
         from parplan.cli._app import command
 
         # Without standalone mode, typer returns the code of a typer.Exit, and turns Ctrl-C into 130.
-        code = command().main(args=args, prog_name="parplan", standalone_mode=False)
+        code = command(args[0] if args else None).main(args=args, prog_name="parplan", standalone_mode=False)
     except KeyboardInterrupt:
         code = INTERRUPTED
     except ParplanError as e:
