@@ -898,8 +898,9 @@ def _result(model: ModelSpec, cluster: ClusterSpec, survey: _Survey, found: _Fou
     if objective == "memory" and plans:
         floor = plans[0].tokens_per_s_per_gpu * (1 - within)
         plans = sorted((e for e in plans if e.tokens_per_s_per_gpu >= floor), key=lambda e: e.required_gib)
+    # The layout closest to fitting matters only when nothing fits (plan_or_raise names it).
     least = (evaluate_layouts(model, cluster, found.least[1], workload=workload, stack=stack).estimate(0)
-             if found.least else None)
+             if found.least and not plans else None)
     extra = {"faster": int(found.faster[counted].sum())} if _STATE["reference"] is not None else {}
     return PlanResult(plans=plans[:top], evaluated=int(survey.count.sum()) - left,
                       feasible=int(found.feasible[counted].sum()), search_seconds=seconds, least_memory=least,
