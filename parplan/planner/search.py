@@ -539,7 +539,9 @@ def _cost(task: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
     proves slower than the step-time limit. Each bound is computed only where the cheaper one before it is
     within the limit: the survey's floor, then the pipeline of compute alone (_refine), then the pipeline with
     communication (_tighten); then, in batches of about `chunk` layouts, memory for every valid layout and
-    time for those that fit and that no sibling beats. The limit tightens as the task finds layouts."""
+    time for those that fit and that no sibling beats. The limit tightens as the task finds layouts. Past the
+    search's deadline, the task stops after its first batch: the blocks it has not costed are left unsettled
+    (not in the _Partial)."""
     positions, cell_of, flat, floor, count, limit = task
     st = _STATE
     keep = st["keep"]
@@ -564,7 +566,13 @@ def _cost(task: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
     # likely to hold the best layouts, so that the limit falls before the bulk of the task is costed.
     todo = todo[np.argsort(tight[todo], kind="stable")]
     size = min(FIRST_BATCH, st["chunk"])
+    settled = np.ones(n, dtype=bool)
+    first = True
     while len(todo):
+        if not first and st["deadline"] is not None and time.monotonic() >= st["deadline"]:
+            settled[todo] = False
+            break
+        first = False
         take = max(1, int(np.searchsorted(np.cumsum(count[todo]), size, "right")))
         batch, todo = todo[:take], todo[take:]
         size = min(4 * size, st["chunk"])
@@ -582,8 +590,9 @@ def _cost(task: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
         if part.top is not None:
             top = (_top(top[0], top[1], top[2], part.top, part.score, part.required, keep) if top
                    else (part.top, part.score, part.required))
-    return _Partial(positions, tight, costed, feasible, faster, least[0] if least else np.inf,
-                    least[1] if least else None, *(top if top else (None, np.empty(0), np.empty(0))))
+    return _Partial(positions[settled], tight[settled], costed[settled], feasible[settled], faster[settled],
+                    least[0] if least else np.inf, least[1] if least else None,
+                    *(top if top else (None, np.empty(0), np.empty(0))))
 
 
 def _cost_blocks(reps: Layouts) -> _Partial:
@@ -790,7 +799,8 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
                   stack=stack, dominance=_dominance(model, stack), chunk=chunk, tokens_per_gpu=gbs * seq / cluster.gpus,
                   reference_step=gbs * seq / cluster.gpus / faster_than if faster_than else 0.0,
                   prune=objective != "memory" and faster_than is None, reference=faster_than,
-                  cap=space.memory_cap_gib(cluster), filter=layout_filter, cells=cells, bound=bound)
+                  cap=space.memory_cap_gib(cluster), filter=layout_filter, cells=cells, bound=bound,
+                  deadline=deadline)
     runner = _Runner(workers)
     try:
         survey = _run_survey(runner, cells, raw, workers)
