@@ -74,12 +74,15 @@ CHUNK = 1 << 17
 """Layouts per costed batch: bounds peak memory (about 1 KiB of arrays per layout in flight)."""
 FIRST_BATCH = 1 << 12
 """Layouts in a task's first costed batch; each next batch is four times larger, up to `chunk`. A batch costs
-about 10 ms plus 3 µs per layout on one core (llama3.1-405b on 16,384 GPUs), so smaller ones would cost more
+about 10 ms plus 2.5 µs per layout on one core (llama3.1-405b on 16,384 GPUs), so smaller ones would cost more
 in fixed costs than they save by tightening the limit sooner."""
-FIRST_TASK_BLOCKS = 4096
+FIRST_TASK_BLOCKS = 1 << 12
 TASK_BLOCKS = 1 << 14
-"""Blocks per costing task: the first task is small, so that a limit exists early; they grow fourfold up to
-this (each task bounds its blocks in a few calls, whose fixed costs larger tasks amortise)."""
+"""Blocks per costing task, in the order of the survey's floor: the first task runs alone and sets the limit
+the others are cut by, so it takes enough blocks that the best of them (costed first, by their tighter bounds)
+is near the final best (llama3.1-405b on 16,384 GPUs: 4,096 find it, 64 a plan 4.4 times slower); the next
+grow fourfold up to this (each task bounds its blocks in a few calls, whose fixed costs larger tasks
+amortise)."""
 SLACK = 1e-9
 """Relative margin on every skip: a block is proved no better only when its bound exceeds the threshold by
 more than float rounding could account for."""
