@@ -7,6 +7,7 @@ Each round runs, one after the other, `python -c "import numpy, yaml"` (the floo
 two libraries parplan is built on), `parplan --help` and a `parplan explain`; the medians and quartiles over
 the rounds are printed side by side, with the machine's load average before and after, since other
 processes on a shared machine slow all three alike. Target (issue #18): `parplan --help` within 2.5x the floor.
+parplan's modules are compiled to bytecode first, as an install does (benchmarks/search_speed.py says why).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from search_speed import compile_bytecode
 
 EXPLAIN = ["explain", "-m", "llama3.1-70b", "-c", "h100", "-n", "64", "--tp", "8", "--pp", "2", "--gbs", "128",
            "--seq", "8192", "--recompute", "selective"]
@@ -33,6 +36,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args()
+    compile_bytecode()
     commands = {
         'python -c "import numpy, yaml"': [sys.executable, "-c", "import numpy, yaml"],
         "parplan --help": [*_parplan(), "--help"],

@@ -279,7 +279,8 @@ def test_faster_than_counts_as_the_unbounded_search():
     assert bounded.extra["faster"] == full.extra["faster"] > 0 and bounded.skipped > 0
 
 
-def test_a_past_deadline_returns_the_first_task_marked_incomplete():
+def test_a_past_deadline_returns_the_first_batch_marked_incomplete():
+    """The first task stops after its first batch: what it settled counts, the rest is left."""
     model, cluster = load_model("llama3.1-70b"), load_cluster("h100", gpus=512)
     result = plan(model, cluster, gbs=512, seq=4096, workers=1, deadline=0.0)
     assert result.plans and not result.complete and result.left > 0

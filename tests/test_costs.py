@@ -102,6 +102,20 @@ def test_inflight_microbatches():
     assert inflight_share(np.array([(p + 1) / 2]), np.array([m]))[0] == 1.0
 
 
+def test_interleaved_inflight_counts_the_warmup_forwards():
+    """Megatron's interleaved warm-up runs 2(p − r − 1) + (v − 1)·p + 1 forwards on rank r, forward k on chunk
+    (k // p) mod v (schedules.py, get_model_chunk_id): chunk_inflight's closed form equals counting them one by
+    one, and by hand for p = 4, v = 2, rank 0: 2·3 + 4 + 1 = 11 forwards, chunk 0 runs k = 0-3 and 8-10 (7),
+    chunk 1 runs k = 4-7 (4)."""
+    assert chunk_inflight(0, 4, 2, S_INTERLEAVED) == [7, 4]
+    for p in range(1, 10):
+        for v in range(2, 6):
+            for r in range(p):
+                forwards = 2 * (p - r - 1) + (v - 1) * p + 1
+                counted = [sum(1 for k in range(forwards) if (k // p) % v == c) for c in range(v)]
+                assert chunk_inflight(r, p, v, S_INTERLEAVED) == counted
+
+
 def test_uneven_layers_go_to_the_ends():
     """Llama 3 405B: 126 layers on 16 stages with one layer fewer on the first and last (arXiv 2407.21783)."""
     counts = virtual_stage_layers(126, 16)

@@ -62,6 +62,20 @@ def test_gemm_curve_against_independent_b200_cublas(shape, measured):
     assert float(gemm_efficiency(gpu, *shape)) * 2250 == pytest.approx(measured, rel=0.05)
 
 
+def test_gemm_efficiency_of_a_batch_is_each_shape_s_own():
+    """The tile candidates are compared for all shapes at once (a search prices thousands in one call): every
+    element equals the one-shape call, bit for bit, across split-K (few tiles, long K), grouped experts (count)
+    and skinny shapes (a decode step's few rows)."""
+    gpu = load_cluster("h100").gpu
+    m = np.array([1, 16, 300, 2048, 8192, 65536])
+    n = np.array([28672, 4096, 8192, 2048, 1024, 4096])
+    k = np.array([8192, 53248, 512, 13312, 64, 4096])
+    count = np.array([1, 1, 8, 1, 256, 1])
+    batch = gemm_efficiency(gpu, m, n, k, count=count)
+    one = [float(gemm_efficiency(gpu, *shape, count=c)) for *shape, c in zip(m, n, k, count, strict=True)]
+    assert batch.tolist() == one
+
+
 def test_small_gemms_lose_efficiency():
     gpu = load_cluster("h100").gpu
     sizes = [512, 1024, 2048, 4096]

@@ -38,6 +38,8 @@ def test_explain_and_plan_load_no_heavy_library():
         loaded = _modules_after(f"from parplan.cli import main\nassert main({args!r}) == 0")
         assert not _tops(loaded) & set(HEAVY), args
         assert "parplan.planner.estimate" in loaded  # the probe really ran the command
+        # Only the invoked command's module is imported (cli._app.command): not the other commands'.
+        assert not {"parplan.cli.serve", "parplan.cli.bench", "parplan.cli.validate"} & loaded
 
 
 def test_public_names_load_on_first_use():

@@ -1,33 +1,29 @@
-"""The typer application: every command and sub-command, registered once, and the help they print."""
+"""The typer application: every command and sub-command, registered once, and the help they print.
+
+A command line names its command first (the root has no options but --help and --version), so `command(name)`
+builds the tree of that one command when `name` is one: its module alone is imported and its options alone
+are processed, which keeps `parplan plan` from loading every other command's dependencies; anything else
+(`--help`, a misspelt name) gets the whole tree."""
 
 from __future__ import annotations
 
-from functools import lru_cache
-from importlib.metadata import PackageNotFoundError, version
+import functools
+import importlib
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
 import typer.main
 
-from parplan.cli import _output, bench, hardware, models, serve, stacks
-from parplan.cli.calibrate import calibrate_command
-from parplan.cli.explain import explain
-from parplan.cli.export import export_command
-from parplan.cli.plan import plan_command
-from parplan.cli.scale import scale_command
-from parplan.cli.validate import validate
+from parplan.cli import _output
 
-app = typer.Typer(
-    name="parplan",
-    help="Plan how to split an LLM training run, or a serving deployment, over a GPU cluster.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
+_ROOT_HELP = "Plan how to split an LLM training run, or a serving deployment, over a GPU cluster."
 
 
 def _version(value: bool) -> None:
     if value:
+        from importlib.metadata import PackageNotFoundError, version
+
         try:
             number = version("parplan")
         except PackageNotFoundError:  # run from a source tree that was never installed
@@ -36,26 +32,51 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                                 help="Print the version and exit.")] = False) -> None:
     """Plan how to split an LLM training run, or a serving deployment, over a GPU cluster."""
 
 
-app.add_typer(models.app, name="models")
-app.add_typer(hardware.app, name="hardware")
-app.add_typer(stacks.app, name="stacks")
-app.command("plan")(plan_command)
-app.command("explain")(explain)
-app.command("scale")(scale_command)
-app.command("validate")(validate)
-app.command("export")(export_command)
-app.command("calibrate")(calibrate_command)
-app.add_typer(bench.app, name="bench")
-app.add_typer(serve.app, name="serve")
-serve.app.command("explain")(serve.explain)
-serve.app.command("plan")(serve.plan)
-hardware.app.command("import-nccl-tests")(bench.import_nccl_tests)
+def _function(module: str, name: str) -> Callable[..., Any]:
+    return getattr(importlib.import_module(f"parplan.cli.{module}"), name)
+
+
+@functools.cache
+def _group(module: str) -> typer.Typer:
+    """A command group's typer app, with the commands registered here added once per process."""
+    group = _function(module, "app")
+    if module == "serve":
+        group.command("explain")(_function("serve", "explain"))
+        group.command("plan")(_function("serve", "plan"))
+    elif module == "hardware":
+        group.command("import-nccl-tests")(_function("bench", "import_nccl_tests"))
+    return group
+
+
+_COMMANDS: dict[str, Callable[[typer.Typer], object]] = {
+    "models": lambda app: app.add_typer(_group("models"), name="models"),
+    "hardware": lambda app: app.add_typer(_group("hardware"), name="hardware"),
+    "stacks": lambda app: app.add_typer(_group("stacks"), name="stacks"),
+    "plan": lambda app: app.command("plan")(_function("plan", "plan_command")),
+    "explain": lambda app: app.command("explain")(_function("explain", "explain")),
+    "scale": lambda app: app.command("scale")(_function("scale", "scale_command")),
+    "validate": lambda app: app.command("validate")(_function("validate", "validate")),
+    "export": lambda app: app.command("export")(_function("export", "export_command")),
+    "calibrate": lambda app: app.command("calibrate")(_function("calibrate", "calibrate_command")),
+    "bench": lambda app: app.add_typer(_group("bench"), name="bench"),
+    "serve": lambda app: app.add_typer(_group("serve"), name="serve"),
+}
+"""Each top-level command and how it joins the root app, in the order help lists them."""
+
+
+def _app(names: tuple[str, ...]) -> typer.Typer:
+    app = typer.Typer(name="parplan", help=_ROOT_HELP, no_args_is_help=True, pretty_exceptions_enable=False,
+                      add_completion=False)
+    app.callback()(_root)
+    for name in names:
+        _COMMANDS[name](app)
+    return app
+
 
 _TYPE_NAMES = {"int": "INTEGER", "float": "NUMBER", "str": "TEXT", "Path": "PATH"}
 """How help shows an option's value: as users write it (typer's own '<int range>', '<bool>' read oddly)."""
@@ -82,11 +103,11 @@ def _range(param: Any) -> str:
     return f"{low}..{high}" if low is not None else f"<={high}"
 
 
-@lru_cache(maxsize=1)
-def command() -> Any:
-    """The click command tree of `app`, its help set once: plain text that fits 80 columns and a pipe,
-    values named as users write them."""
-    root = typer.main.get_command(app)
+@functools.cache
+def command(name: str | None = None) -> Any:
+    """The click command tree of the app (of command `name` alone when it is one), its help set once: plain
+    text that fits 80 columns and a pipe, values named as users write them."""
+    root = typer.main.get_command(_app((name,) if name in _COMMANDS else tuple(_COMMANDS)))
     todo = [root]
     while todo:
         cmd = todo.pop()

@@ -182,16 +182,17 @@ def human_count(n: float) -> str:
 @contextlib.contextmanager
 def search_progress() -> Iterator[Callable[[int, int], None]]:
     """A progress callback for searches (planner.search.plan's `progress`): once a search has run for a second, a
-    line on stderr shows the layouts settled (costed, or proved no better) of all valid ones; it goes when done."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
+    line on stderr shows the layouts settled (costed, or proved no better) of all valid ones; it goes when done.
+    rich's progress module loads only then (a shorter search does without it)."""
     start = time.monotonic()
-    bar: Progress | None = None
+    bar: Any = None
     task = None
 
     def update(done: int, total: int) -> None:
         nonlocal bar, task
         if bar is None and time.monotonic() - start > 1.0:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
             bar = Progress(TextColumn("searching: {task.completed:,} of {task.total:,} layouts settled"), BarColumn(),
                            TimeElapsedColumn(), console=err_console, transient=True)
             bar.start()

@@ -43,21 +43,17 @@ def _kernel_time(gpu: GPUSpec, m: np.ndarray, n: np.ndarray, k: np.ndarray, coun
     fills idle SMs when there are fewer tiles than SMs, in K chunks of at least 512. The library picks
     the best of a few tile shapes.
     """
-    best = None
-    ceil_m: dict[int, np.ndarray] = {}  # tile counts along m and n, shared by the candidates of equal side
-    ceil_n: dict[int, np.ndarray] = {}
-    k_chunks = np.floor(k / 512)
-    for (tm, tn), rate_factor in _tile_candidates(gpu):
-        if tm not in ceil_m:
-            ceil_m[tm] = np.ceil(m / tm)
-        if tn not in ceil_n:
-            ceil_n[tn] = np.ceil(n / tn)
-        tiles = ceil_m[tm] * ceil_n[tn] * count
-        splits = np.maximum(1.0, np.minimum(np.floor(gpu.sm_count / tiles), k_chunks))
-        waves = np.ceil(tiles * splits / gpu.sm_count)
-        mainloop = 2.0 * tm * tn * (k / splits) / (per_sm_flops * rate_factor)
-        t = waves * (mainloop + gpu.gemm_tile_overhead_us * 1e-6)
-        best = t if best is None else np.minimum(best, t)
+    # The candidates along a leading axis: one pass of each operation for all of them (a search calls this a few
+    # hundred times per batch, on small arrays).
+    candidates = _tile_candidates(gpu)
+    lead = (len(candidates),) + (1,) * max(np.ndim(m), np.ndim(n), np.ndim(k), np.ndim(count))
+    tm, tn, rate_factor = (np.array(column, dtype=float).reshape(lead) for column in
+                           zip(*((tm, tn, rate) for (tm, tn), rate in candidates), strict=True))
+    tiles = np.ceil(m / tm) * np.ceil(n / tn) * count
+    splits = np.maximum(1.0, np.minimum(np.floor(gpu.sm_count / tiles), np.floor(k / 512)))
+    waves = np.ceil(tiles * splits / gpu.sm_count)
+    mainloop = 2.0 * tm * tn * (k / splits) / (per_sm_flops * rate_factor)
+    best = (waves * (mainloop + gpu.gemm_tile_overhead_us * 1e-6)).min(axis=0)
     return best + gpu.kernel_launch_us * 1e-6
 
 

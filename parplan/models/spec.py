@@ -16,6 +16,7 @@ cannot disagree. Counting conventions follow Megatron-LM (``theoretical_memory_u
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass, field
 
 from parplan._mapping import require
@@ -501,7 +502,7 @@ class ModelSpec:
         return tuple(out)
 
     def layer_linears(self, kind: LayerKind) -> tuple[Linear, ...]:
-        return self.attention_linears() + self.mlp_linears(kind)
+        return _layer_linears(self, kind)
 
     def layer_norm_params(self, kind: LayerKind) -> int:
         """Norm (and other non-linear) parameters of one softmax-attention layer."""
@@ -595,8 +596,12 @@ class ModelSpec:
         """Model forward FLOPs per token: every GEMM (router included), attention core and LM head.
 
         Norms, softmax, activations and the embedding lookup are not counted (as in Megatron-LM).
-        MTP layers are counted when `mtp` (they run in training).
+        MTP layers are counted when `mtp` (they run in training). Memoised per model and arguments: every
+        batch of layouts asks for it, and it walks every layer's linears.
         """
+        return _forward_flops_per_token(self, seq, causal, mtp)
+
+    def _forward_flops_per_token(self, seq: float, causal: bool, mtp: bool) -> float:
         gemm = sum(sum(lin.flops_per_token for lin in self.layer_linears(k)) for k in self.layer_kinds())
         if self.attention.linear_layers:
             gemm += self.attention.linear_layers * (
@@ -653,3 +658,15 @@ class ModelSpec:
             "sparse_attention_topk": a.indexer.topk if a.indexer else None,
             "training_gflops_per_token_4k": self.training_flops_per_token(4096) / 1e9,
         }
+
+
+@functools.lru_cache(maxsize=256)
+def _layer_linears(model: ModelSpec, kind: LayerKind) -> tuple[Linear, ...]:
+    """ModelSpec.layer_linears, built once per model and kind: the cost model walks every layer's linears in
+    each call (FLOPs, parameters, recompute), a few hundred times per batch of layouts, and they are frozen."""
+    return model.attention_linears() + model.mlp_linears(kind)
+
+
+@functools.lru_cache(maxsize=1024)
+def _forward_flops_per_token(model: ModelSpec, seq: float, causal: bool, mtp: bool) -> float:
+    return model._forward_flops_per_token(seq, causal, mtp)

@@ -8,6 +8,7 @@ layer waited for. A stack says which kind each recompute name is (StackSpec.reco
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -143,8 +144,10 @@ def communication_share(ctx: Ctx) -> np.ndarray:
     return ctx.recompute_blocks * shares[ctx.recompute]
 
 
+@functools.lru_cache(maxsize=1024)
 def recompute_flops_per_token(model: ModelSpec, seq: float, kind_name: str, fp8: bool) -> float:
-    """Forward FLOPs per token that recompute kind `kind_name` repeats over all layers (HFU's extra work)."""
+    """Forward FLOPs per token that recompute kind `kind_name` repeats over all layers (HFU's extra work).
+    Memoised: every batch of layouts asks for it, and it walks every layer's linears."""
     what = RECOMPUTED[kind_name]
     flops = model.attention_core_flops_per_token(seq) if what.attention else 0.0
     for kind in model.layer_kinds():

@@ -14,6 +14,7 @@ holds virtual stages r, r+p, ... (interleaved); DualPipe's rank r holds stages r
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -135,7 +136,10 @@ def chunk_inflight(rank: int, pp: int, chunks: int, schedule: int) -> list[int]:
     if schedule != S_INTERLEAVED:
         return [pp - rank]
     forwards = 2 * (pp - rank - 1) + (chunks - 1) * pp + 1
-    return [sum(1 for k in range(forwards) if (k // pp) % chunks == c) for c in range(chunks)]
+    # Forward k runs chunk (k // p) mod v: every full round of p·v forwards gives each chunk p, and the partial
+    # round the first chunks in turn (counted in closed form: a search builds thousands of these).
+    rounds, rest = divmod(forwards, pp * chunks)
+    return [rounds * pp + min(max(rest - c * pp, 0), pp) for c in range(chunks)]
 
 
 @lru_cache(maxsize=4096)
@@ -146,7 +150,10 @@ def rank_patterns(model: ModelSpec, pp: int, vpp: int, schedule: int, ends: str 
     stages = pp if schedule == S_DUALPIPE else (2 * pp if schedule == S_DUALPIPEV else pp * vpp)
     counts = cost_stage_layers(model, stages) if ends == "compute_cost" else stage_layers(model.layers, stages, ends)
     kinds = model.layer_kinds()
-    starts = np.concatenate([[0], np.cumsum(counts)])
+    starts = np.concatenate([[0], np.cumsum(counts)]).tolist()
+    # MoE layers before each layer index: a stage's MoE count is a difference of two (a search builds thousands
+    # of these tables), over the layer range that slicing the stage out of `kinds` gives.
+    moe_before = [0, *itertools.accumulate(k is LayerKind.MOE for k in kinds)]
     out: dict[tuple, dict] = {}
     for rank, held in enumerate(_assignment(pp, vpp, schedule)):
         flight = chunk_inflight(rank, pp, len(held), schedule)
@@ -154,9 +161,9 @@ def rank_patterns(model: ModelSpec, pp: int, vpp: int, schedule: int, ends: str 
                "held_embedding": 0.0}
         dense = moe = 0
         for st, w in zip(held, flight, strict=True):
-            layer_kinds = kinds[starts[st]:starts[st + 1]]
-            n_moe = sum(1 for k in layer_kinds if k is LayerKind.MOE)
-            n_dense = len(layer_kinds) - n_moe
+            layer_range = range(len(kinds))[starts[st]:starts[st + 1]]
+            n_moe = moe_before[layer_range.stop] - moe_before[layer_range.start] if layer_range else 0
+            n_dense = len(layer_range) - n_moe
             dense, moe = dense + n_dense, moe + n_moe
             row["held_dense"] += w * n_dense
             row["held_moe"] += w * n_moe
