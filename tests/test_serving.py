@@ -314,6 +314,20 @@ def test_published_run_keeps_its_token_budget():
     assert cases["trtllm_dsr1_h200_max_tput"].deployment.chunk_tokens == 1151
 
 
+def test_measured_rows_keep_aiconfigurator_token_budget():
+    """aiconfigurator's generator gives an aggregated vLLM or TensorRT-LLM worker max_num_tokens = max_batch_size
+    + ISL + 1500 (rule_plugin/vllm.rule, trtllm.rule): the gpt-oss row measured at batch 32, ISL 1,024 runs with
+    32 + 1,024 + 1,500 = 2,556 tokens a step; SGLang's rule leaves chunked_prefill_size at its default."""
+    from parplan.serving.cases import read_measured_csv
+    from parplan.serving.validate import shipped_files
+
+    cases = {c.id: c for c in read_measured_csv(shipped_files()[0])}
+    row = cases["2026_03_25_gpt_oss_120b_b200_sxm_vllm_fp4_agg_1024x1024_c32_tp2_0_ep1_0_622"]
+    assert row.deployment.chunk_tokens == 2556
+    sglang = cases["2026_03_25_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x1024_c128_tp4_0_ep4_0_291"]
+    assert sglang.deployment.chunk_tokens is None
+
+
 def test_overlap_scheduler_hides_launches_behind_the_gpu():
     """TensorRT-LLM's overlap scheduler (llm_args disable_overlap_scheduler default False) launches a step while
     the GPU runs the one before: an eager step takes the longer of its launches and its GPU work, plus the step's
