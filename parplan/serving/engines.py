@@ -26,7 +26,7 @@ GIB = 2**30
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineKnobs:
-    """The global knobs of an engine, fitted to measured deployments (benchmarks/fit_serving.py); never per
+    """The global knobs of an engine, fitted to measured deployments (benchmarks/serving_fit.py); never per
     deployment."""
 
     decode_step_ms: float
