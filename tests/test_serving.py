@@ -105,20 +105,22 @@ def test_littles_law_closes_the_loop():
     assert np.all(ph.queue[4:] > 0) and np.all(ph.running[4:] < 4096)
 
 
-def test_scalar_equals_vectorised():
-    """Twenty deployments evaluated together give what each gives alone through serve_evaluate."""
+@pytest.mark.parametrize("engine", ["trtllm", "vllm"])
+def test_scalar_equals_vectorised(engine):
+    """Twenty deployments evaluated together give what each gives alone through serve_evaluate (vLLM's prompts
+    of 16,384 tokens run over several chunks of its 8,192-token budget, the last one short)."""
     rng = np.random.default_rng(7)
     pools, isl, osl, conc = [], [], [], []
     for _ in range(20):
         tp = int(rng.choice([1, 2, 4, 8]))
         pools.append(Pool(tp=tp, workers=int(rng.integers(1, 3))))
-        isl.append(int(rng.choice([128, 1024, 4096])))
+        isl.append(int(rng.choice([128, 1024, 4096, 16384])))
         osl.append(int(rng.choice([64, 512, 2048])))
         conc.append(int(rng.integers(1, 300)))
     prec = Precision(gemm="fp8", moe="fp8")
-    ev = _agg(LLAMA70, "h100", "trtllm", pools, isl, osl, conc, prec)
+    ev = _agg(LLAMA70, "h100", engine, pools, isl, osl, conc, prec)
     for i in range(20):
-        one = serve_evaluate(LLAMA70, "h100", Deployment(engine="trtllm", precision=prec, pool=pools[i]),
+        one = serve_evaluate(LLAMA70, "h100", Deployment(engine=engine, precision=prec, pool=pools[i]),
                              Workload(isl=isl[i], osl=osl[i], concurrency=conc[i]))
         assert one.tpot_ms == pytest.approx(float(ev.phase.tpot[i]) * 1e3, rel=1e-12)
         assert one.ttft_ms == pytest.approx(float(ev.phase.ttft[i]) * 1e3, rel=1e-12)
@@ -179,6 +181,47 @@ def test_attention_dp_ranks_wait_for_each_others_prefill():
     f, share = ev.phase.rank_mixed_share, ev.phase.mixed_share
     assert 0 < f[0] < 1 and share[0] == pytest.approx(1 - (1 - f[0]) ** 8, rel=1e-12)
     assert share[1] == pytest.approx(f[1], rel=1e-12)
+
+
+def test_last_chunk_carries_only_the_rest():
+    """vLLM counts the decode tokens in its budget, so a lone prompt of 4,100 tokens in a 4,096-token budget
+    runs as one full chunk and a last chunk of about 5 tokens: it costs about one decode step (≈ 9 ms for
+    Llama 3.1 70B on 8 H100) more than a prompt of 4,000 tokens, not a second full step (≈ 0.1 s)."""
+    m, cl, prec = load_model(LLAMA70), load_cluster("h100"), Precision(gemm="fp8", moe="fp8")
+    lay = PoolArrays.from_pools([Pool(tp=8)] * 2)
+    traffic = Traffic(isl=np.array([4000.0, 4100.0]), osl=np.array([256.0, 256.0]),
+                      prompt=np.array([4000.0, 4100.0]), concurrency=np.array([1.0, 1.0]))
+    ph = evaluate_aggregated(m, cl, load_engine("vllm"), prec, lay, traffic, chunk=4096).phase
+    full, decode = float(ph.mixed_step.total[1]), float(ph.decode_step.total[1])
+    extra = float(ph.ttft[1] - ph.ttft[0])
+    assert extra < 2.0 * decode < 0.25 * full
+
+
+def test_prefill_first_engine_stays_phase_locked():
+    """SGLang runs a prefill batch whenever one can be formed and decodes only when none can
+    (scheduler.get_next_batch_to_run), so the 64 requests of a closed loop start, finish and are replaced
+    together: each arrives with the other 63. 64 prompts of 1,024 tokens in SGLang's 8,192-token chunks on an
+    H200 take 8 prefill steps; a request waits for (8 + 1)/2 = 4.5 of them on average, after half a mean step,
+    and the engine's burst knob (for mixed steps) plays no part. vLLM's mixed steps stagger the replacements:
+    there the knob counts."""
+    prec = Precision(gemm="fp8", moe="fp8")
+    m, cl = load_model(LLAMA70), load_cluster("h200")
+    lay = PoolArrays.from_pools([Pool(tp=4)])
+    traffic = Traffic(isl=np.array([1024.0]), osl=np.array([1024.0]), prompt=np.array([1024.0]),
+                      concurrency=np.array([64.0]))
+    sglang = load_engine("sglang")
+    ph = evaluate_aggregated(m, cl, sglang, prec, lay, traffic).phase
+    prefill = float(ph.mixed_step.total[0] + ph.decode_step.total[0])  # a prefill batch, then the decode batch
+    s = float(ph.mixed_share[0])
+    mean = s * prefill + (1 - s) * float(ph.decode_step.total[0])
+    hand = sglang.knobs.request_ms * 1e-3 + 0.5 * mean + 4.5 * prefill
+    assert float(ph.ttft[0]) == pytest.approx(hand, rel=1e-9)
+    knob = dataclasses.replace(sglang, knobs=dataclasses.replace(sglang.knobs, burst=0.01))
+    assert float(evaluate_aggregated(m, cl, knob, prec, lay, traffic).phase.ttft[0]) == float(ph.ttft[0])
+    vllm = load_engine("vllm")
+    other = dataclasses.replace(vllm, knobs=dataclasses.replace(vllm.knobs, burst=0.5))
+    assert (evaluate_aggregated(m, cl, other, prec, lay, traffic).phase.ttft[0]
+            > evaluate_aggregated(m, cl, vllm, prec, lay, traffic).phase.ttft[0])
 
 
 def test_open_loop_rate():
@@ -269,6 +312,20 @@ def test_published_run_keeps_its_token_budget():
     cases = {c.id: c for c in read_published_yaml(shipped_files()[1])}
     assert cases["trtllm_dsr1_b200_max_tput_bf16kv"].deployment.chunk_tokens == 1536
     assert cases["trtllm_dsr1_h200_max_tput"].deployment.chunk_tokens == 1151
+
+
+def test_measured_rows_keep_aiconfigurator_token_budget():
+    """aiconfigurator's generator gives an aggregated vLLM or TensorRT-LLM worker max_num_tokens = max_batch_size
+    + ISL + 1500 (rule_plugin/vllm.rule, trtllm.rule): the gpt-oss row measured at batch 32, ISL 1,024 runs with
+    32 + 1,024 + 1,500 = 2,556 tokens a step; SGLang's rule leaves chunked_prefill_size at its default."""
+    from parplan.serving.cases import read_measured_csv
+    from parplan.serving.validate import shipped_files
+
+    cases = {c.id: c for c in read_measured_csv(shipped_files()[0])}
+    row = cases["2026_03_25_gpt_oss_120b_b200_sxm_vllm_fp4_agg_1024x1024_c32_tp2_0_ep1_0_622"]
+    assert row.deployment.chunk_tokens == 2556
+    sglang = cases["2026_03_25_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x1024_c128_tp4_0_ep4_0_291"]
+    assert sglang.deployment.chunk_tokens is None
 
 
 def test_overlap_scheduler_hides_launches_behind_the_gpu():

@@ -22,9 +22,11 @@ slowest rank: it carries prefill whenever any rank does. Each rank admits its ow
 idle": sgl-project/sglang python/sglang/srt/managers/prefill_delayer.py @1f77e43).
 
 Requests that finish together are replaced together, so prompts arrive in bursts: a share β of the requests
-in flight (the engine's burst knob) arrive with a request, and the burst is prefilled first come, first served
-in steps of the budget. A new request waits half a step to be scheduled, then for its burst's steps up to its
-own: n_p, or (burst tokens / step tokens + 1)/2 on average when the burst needs more steps than its prompt.
+in flight arrive with a request (the engine's burst knob where steps mix prefill and decode; all of them, β = 1,
+where the engine runs prefill first and pauses decoding, which keeps the loop phase-locked), and the burst is
+prefilled first come, first served in steps of the budget. A new request waits half a step to be scheduled,
+then for its burst's steps up to its own: n_p (the last chunk carrying only what is left of the prompt), or
+(burst tokens / step tokens + 1)/2 on average when the burst needs more steps than its prompt.
 Little's law closes the loop: throughput X = R / latency, and the C − R requests that find no slot (the KV
 cache or the engine's max running requests being full), or that the prefill budget cannot absorb, queue:
 TTFT = C/X − (OSL − 1)·TPOT.
@@ -96,7 +98,12 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
     n_p = prefill_steps(prompt, budget, eng.chunked_prefill)
     per_step = running / (n_p + decode_steps)
     capped = np.minimum(per_step, budget / prompt)
-    burst = burst_size(eng.knobs.burst, running, open_loop)
+    # An engine that does not mix prefill into decode steps runs prefill first (SGLang's get_next_batch_to_run
+    # runs a new prefill batch whenever one can be formed, decode only when none can): every request of a burst
+    # starts decoding in the same step, finishes in the same step and is replaced in the same step, so a closed
+    # loop stays phase-locked and the whole set in flight arrives as one burst. Mixed steps prefill a burst over
+    # several steps while decoding goes on, which staggers the replacements: only a share (the knob) stays locked.
+    burst = burst_size(eng.knobs.burst if eng.mixed_batches else 1.0, running, open_loop)
     tokens = np.minimum(budget, prompt * np.maximum(burst, capped))
     share = np.minimum(1.0, capped * prompt / tokens)
     # The prefill a decoding sequence waits for is that of the other requests: its own prompt, and those of its
@@ -124,7 +131,16 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
         mix_total = mix.total + dec.total
     mean_step = step_share * mix_total + (1.0 - step_share) * dec.total
     tpot = (span_share * mix_total + (1.0 - span_share) * dec.total) / tokens_per_step
-    own = eng.knobs.request_ms * 1e-3 + 0.5 * mean_step + own_steps * mix_total
+    # A chunked prompt's last chunk carries only what is left of it: a prompt just over the budget (8,192 tokens
+    # beside a few decode tokens in vLLM's 8,192-token budget) ends in a short step, not a second full one.
+    prefill = own_steps * mix_total
+    if eng.chunked_prefill and np.any(n_p > 1):
+        rest = prompt - (n_p - 1.0) * budget
+        last = sm.step(decode_batch / pp if eng.mixed_batches else 0.0, ctx if eng.mixed_batches else 0.0,
+                       rest / pp, prefix + prompt - rest / 2.0, 1.0 / pp, spec=spec, mixed=True).total
+        last = last if eng.mixed_batches else last + dec.total
+        prefill = np.where((n_p > 1) & (n_p >= own_steps), (n_p - 1.0) * mix_total + last, prefill)
+    own = eng.knobs.request_ms * 1e-3 + 0.5 * mean_step + prefill
     decode_time = np.maximum(osl - 1, 0) * tpot
     throughput = np.minimum(running / (own + decode_time), capped / mean_step)
     in_flight_time = np.divide(concurrency, throughput, out=np.full_like(throughput, np.inf), where=throughput > 0)

@@ -46,6 +46,15 @@ aiconfigurator writes TensorRT-LLM launch configs with disable_overlap_scheduler
 extra_engine_args.1.3.0rc1.yaml.j2 @581e459: `disable_overlap_scheduler: {{ disable_overlap_scheduler |
 default(true) }}`)."""
 
+MEASURED_BUDGET_ENGINES = ("vllm", "trtllm")
+MEASURED_BUDGET_SPARE = 1500
+"""The token budget of aiconfigurator's measured aggregated deployments: its generator sets max_num_tokens (vLLM
+--max-num-batched-tokens, TensorRT-LLM max_num_tokens) to max_batch_size + ISL + 1500 for an aggregated worker
+(ai-dynamo/aiconfigurator src/aiconfigurator/generator/rule_plugin/vllm.rule @11324a6 and trtllm.rule @17676b3:
+`agg max_num_tokens = max_batch_size + SlaConfig.isl + 1500`; the parameter names per engine in
+generator/config/backend_config_mapping.yaml), so a prompt always fits in one step beside the decode tokens.
+SGLang's rule sets max_prefill_tokens instead and keeps chunked_prefill_size at its default."""
+
 METRICS = ("ttft_ms", "tpot_ms")
 """The metrics of a measured row, named as serve_evaluate names them."""
 
@@ -147,8 +156,16 @@ def _pool(row: _Row, prefix: str, *, moe: bool, workers: bool) -> Pool:
     if not moe:
         moe_tp, moe_ep = None, 1
     n = (row.int(prefix + "num_workers", minimum=1) or 1) if workers else 1
-    row.int(prefix + "batch_size", minimum=1)  # checked, not used: the files disagree on its unit
+    row.int(prefix + "batch_size", minimum=1)  # checked; only the token budget reads it (_measured_budget)
     return Pool(tp=tp, pp=pp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep or 1, workers=n)
+
+
+def _measured_budget(row: _Row, engine: str, isl: int) -> int | None:
+    """The token budget per step aiconfigurator gave an aggregated deployment of `engine` (None: the engine's
+    default): max_batch_size (the row's batch_size) + ISL + 1500."""
+    if engine not in MEASURED_BUDGET_ENGINES:
+        return None
+    return (row.int("batch_size", minimum=1) or 0) + isl + MEASURED_BUDGET_SPARE
 
 
 def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
@@ -192,6 +209,7 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
             if mode == "aggregated":
                 pool = _pool(row, "", moe=model.moe is not None, workers=False)
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, pool=pool,
+                                        chunk_tokens=_measured_budget(row, engine, isl),
                                         overlap_scheduler=MEASURED_OVERLAP.get(engine))
                 concurrency = _concurrency(row)
             else:

@@ -26,7 +26,7 @@ GIB = 2**30
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineKnobs:
-    """The global knobs of an engine, fitted to measured deployments (benchmarks/fit_serving.py); never per
+    """The global knobs of an engine, fitted to measured deployments (benchmarks/serving_fit.py); never per
     deployment."""
 
     decode_step_ms: float
@@ -48,7 +48,8 @@ class EngineKnobs:
     """Share of the other requests in flight on a rank that arrive in the same scheduling step as a request and
     are prefilled with it. A closed loop with equal output lengths stays phase-locked (requests that start
     together finish together and are replaced together); how tightly depends on the engine's scheduling and
-    streaming jitter."""
+    streaming jitter. It applies where steps mix prefill and decode and to a disaggregated prefill pool; an
+    aggregated engine that runs prefill first and pauses decoding keeps the whole set locked (batching.py)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
