@@ -112,7 +112,10 @@ def test_every_bound_is_below_every_step_time_it_covers(blocks):
     # average, and the last is within 10% of the block's fastest layout somewhere. Without a pipeline (FSDP
     # runs none) the last two coincide: there is no pipeline communication to add.
     means = [np.mean(b) for b in bounds]
-    assert (means[0] < means[1] < means[2]) if lay.pp.max() > 1 else (means[0] <= means[1] == means[2])
+    # Without a pipeline the survey's floor may equal the compute pipeline, summed in another order: compare to
+    # the rounding tolerance of the check above.
+    assert (means[0] < means[1] < means[2]) if lay.pp.max() > 1 else (
+        means[0] <= means[1] * (1 + 1e-12) and means[1] == means[2])
     assert (bounds[2] >= 0.9 * least).any()
 
 

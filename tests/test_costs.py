@@ -254,7 +254,8 @@ def test_all_runs_tier_a_median_error_target(shipped):
     stacks landed, 7.5% now) and p90 <= 25%: 31.3% when the stacks landed, 26.1% once Megatron's CI tests were
     costed in their deterministic mode, 28.5% once torchtitan's per-op SAC saved every second matmul under
     float8 as in bf16, 24.0% since MI300X's GEMM and FlashAttention-2 rates are measured figures (AMD's MAF table,
-    ROCm/flash-attention#142) instead of priors."""
+    ROCm/flash-attention#142) instead of priors, 22.2% once Megatron's CI tests kept their default dropout and
+    ran the loss unfused as --deterministic-mode requires."""
     errs = [abs(r.throughput_error) for r in shipped if r.run.tier == "A"]
     assert np.median(errs) <= 0.10
     assert np.percentile(errs, 90) <= 0.25
@@ -262,10 +263,12 @@ def test_all_runs_tier_a_median_error_target(shipped):
 
 @pytest.mark.parametrize("group", ["bloom_search", "fms_fsdp", "maxtext_gpu", "nanotron_playbook",
                                    "torchtitan_asynctp", "torchtitan_f8nocompile", "megatron_sc21_zero3",
-                                   "torchao_e2e", "olmo_core", "opt"])
+                                   "torchao_e2e", "olmo_core", "opt", "mcore_ci"])
 def test_other_stacks_group_median_target(shipped, group):
-    """Issue #12 target: every source group's median |error| <= 20% (these groups meet it; mcore_ci does not:
-    its GB200 and MoE tests, README)."""
+    """Issue #12 target: every source group's median |error| <= 20%. Megatron-Core's CI tests (mcore_ci) went
+    44% -> 26.1% once costed in their deterministic mode, -> 18.5% with their default dropout (0.1, no flag in
+    the tests) and the unfused cross entropy --deterministic-mode requires; their GB200 and MoE tests stay far
+    over (README)."""
     errs = [abs(r.throughput_error) for r in shipped if r.run.group == group]
     assert errs and np.median(errs) <= 0.20
 

@@ -11,6 +11,7 @@ from conftest import ANY_STACK
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from parplan._resources import data_dir
 from parplan.hardware import load_cluster
 from parplan.hardware.efficiency import attention_efficiency
 from parplan.models import LayerKind, load_model
@@ -182,6 +183,8 @@ def test_more_fusion_or_compile_is_never_slower(seed, host_us):
     steps = [evaluate_layouts(LLAMA8, cluster, lay, stack=s, breakdown=False).step_time_s for s in (
         base, dataclasses.replace(base, kernels=dataclasses.replace(base.kernels, fused_ops=("norm",))),
         dataclasses.replace(base, kernels=dataclasses.replace(base.kernels, fused_ops=("norm", "rope", "activation"))),
+        dataclasses.replace(base, kernels=dataclasses.replace(base.kernels,
+                                                              fused_ops=("norm", "rope", "activation", "loss"))),
         base.with_compile(True))]
     for slower, faster in itertools.pairwise(steps):
         assert (faster <= slower * (1 + 1e-12)).all()
@@ -251,3 +254,41 @@ def test_mla_rotates_only_its_rope_dimensions():
     diff = (compute._elementwise_bytes(eager, LayerKind.DENSE, fp8)
             - compute._elementwise_bytes(fused, LayerKind.DENSE, fp8))
     assert diff[0] == 16 * 8192 * (128 * 64 + 64) == 1_082_130_432
+
+
+# ------------------------------------------------------------------------------------------ the loss
+
+def test_unfused_cross_entropy_makes_megatrons_passes():
+    """Megatron-Core's eager VocabParallelCrossEntropy (megatron/core/tensor_parallel/cross_entropy.py), hand
+    count per logit: forward .float() (read 2, write 4), max (4), subtract (4, 4), exp (4, 4), sum (4), divide
+    (4, 4) = 38 B in 6 kernels against the fused 10 B in 3; backward multiply by the loss gradient (4, 4) and
+    cast to bf16 (4, 2) = 14 B in 3 kernels against 8 B in 2. Llama 3.1 8B at TP 1, one 8,192-token
+    micro-batch: 8,192 × 128,256 = 1,050,673,152 logits, 28 B and 6 B more each, at H100's 3.35 TB/s (datasheet)
+    times the preset's HBM efficiency, plus 3 and 1 kernel launches."""
+    fused = _ctx("megatron-core", seq=8192, gbs=8)
+    eager = Ctx.build(LLAMA8, load_cluster("h100", gpus=8), fused.lay,
+                      stack=_variant("megatron-core", kernels__fused_ops=("norm", "rope", "activation")))
+    a, b = compute.head_time(fused), compute.head_time(eager)
+    gpu = fused.cluster.gpu
+    bw, launch = gpu.hbm_tbps * 1e12 * gpu.hbm_efficiency, gpu.kernel_launch_us * 1e-6
+    logits = 8192 * 128_256
+    assert logits == 1_050_673_152
+    assert b.elem_f[0] - a.elem_f[0] == pytest.approx(28 * logits / bw + 3 * launch, rel=1e-9)
+    assert b.elem_b[0] - a.elem_b[0] == pytest.approx(6 * logits / bw + 1 * launch, rel=1e-9)
+    assert (b.gemm_f[0], b.gemm_b[0]) == (a.gemm_f[0], a.gemm_b[0])
+
+
+def test_deterministic_megatron_runs_the_loss_unfused():
+    """Megatron-LM's --deterministic-mode requires cross_entropy_loss_fusion False (megatron/training/
+    determinism.py ARG_VALUES_REQUIRED_FOR_DETERMINISM); its CI tests' stack says so, the default stack fuses
+    it (NeMo 2 GPTConfig cross_entropy_loss_fusion True), and a compiled torchtitan compiles the loss with
+    its blocks while an eager one runs it unfused."""
+    det = load_stack(str(data_dir("runs") / "stacks" / "megatron-core-deterministic.yaml"))
+    assert det.kernels.deterministic and "loss" not in det.kernels.fused_ops
+    assert "loss" in load_stack("megatron-core").kernels.fused_ops
+    titan = load_stack("torchtitan")
+    assert "loss" not in titan.kernels.fused_ops and titan.memory.loss_compiled
+    compiled, eager = (compute.head_time(Ctx.build(LLAMA8, load_cluster("h100", gpus=8),
+                                                   _ctx("megatron-core").lay, stack=titan.with_compile(c)))
+                       for c in (True, False))
+    assert compiled.elem_f[0] < eager.elem_f[0]

@@ -266,6 +266,8 @@ def launch(model: ModelSpec, cluster: ClusterSpec, s: Strategy, targets: tuple[T
     if not s.flash_attention:
         # The plan costed attention that materialises the scores; run what was costed.
         flags.append(("--attention-backend", "unfused"))
+    # The megatron-core stack costs the fused cross entropy (its kernels.fused_ops); Megatron-LM's is off by default.
+    flags.append(("--cross-entropy-loss-fusion",))
     if not s.p2p_overlap and s.schedule == "interleaved":
         # Only the interleaved schedule overlaps (validate_args turns overlap_p2p_comm off for the others).
         flags.append(("--no-overlap-p2p-communication",))

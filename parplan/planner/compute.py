@@ -61,9 +61,16 @@ GRAD_ZERO_BYTES_PER_PARAM = 4
 """Each step starts by zeroing the fp32 gradient buffer (Megatron DDP zero_grad_buffer: a memset of the
 whole buffer, sharded only where ZeRO-2/3 reduce-scatter every micro-batch, i.e. without a pipeline)."""
 
-CROSS_ENTROPY_BYTES = (10, 8)
-"""Forward / backward bytes per logit of the vocab-parallel cross entropy: bf16 logits read (2), fp32
-softmax written and read back (8); backward reads the softmax and writes the bf16 gradient."""
+CROSS_ENTROPY_BYTES = {True: ((10, 8), (3, 2)), False: ((38, 14), (6, 3))}
+"""Forward and backward (bytes per logit, kernels) of the vocab-parallel cross entropy, fused (a stack with
+"loss" in kernels.fused_ops, or a compiled loss) or not. Fused: bf16 logits read (2), fp32 softmax written and
+read back (8); backward reads the softmax and writes the bf16 gradient. Unfused, hand count of Megatron-Core's
+VocabParallelCrossEntropy (megatron/core/tensor_parallel/cross_entropy.py), one eager op per pass over the
+fp32 logits: forward .float() (read 2, write 4), max (4), subtract the max in place (4, 4), exp in place
+(4, 4), sum (4), divide by the sum in place (4, 4) = 38 B in 6 kernels; backward multiplies the saved softmax
+by the loss gradient in place (4, 4) and casts it back to bf16 (4, 2) = 14 B, plus the one-hot subtraction
+(one element per token). PyTorch's F.cross_entropy on fp32 logits makes the same number of passes in other
+places (log_softmax 3 reads and a write forward, its backward 3 passes and a zero-filled one-hot gradient)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,10 +257,15 @@ def _attention(ctx: Ctx) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _fused(ctx: Ctx, op: str) -> bool:
-    """Whether op ("norm", "rope", "activation") runs as a fused kernel in the stack: its own fused kernel,
-    compilation, or a form that is one kernel even in eager mode (LayerNorm, a plain activation)."""
-    native = {"norm": ctx.model.norm != "rmsnorm", "rope": False, "activation": not ctx.model.mlp.gated}[op]
-    return native or op in ctx.stack.kernels.fused_ops or ctx.stack.compiled
+    """Whether op (of stacks.spec.FUSED_OPS) runs as a fused kernel in the stack: its own fused kernel,
+    compilation, or a form that is one kernel even in eager mode (LayerNorm, a plain activation). Compiling the
+    blocks leaves the loss eager unless the stack compiles it too (memory.loss_compiled) or compiles the whole
+    program (XLA)."""
+    native = {"norm": ctx.model.norm != "rmsnorm", "rope": False, "activation": not ctx.model.mlp.gated,
+              "loss": False}[op]
+    st = ctx.stack
+    compiled = st.compiled and (op != "loss" or st.memory.loss_compiled or st.kernels.compile_scope == "program")
+    return native or op in st.kernels.fused_ops or compiled
 
 
 def _op_bytes(ctx: Ctx, op: str) -> float:
@@ -464,11 +476,12 @@ def head_time(ctx: Ctx) -> LayerTime:
     # Deterministic mode fills what the head allocates (fill_time): the bf16 logits and their fp32 softmax
     # forward, the logits' gradient and the hidden states' gradient backward.
     fill = 1.0 if ctx.stack.kernels.deterministic else 0.0
+    (bytes_f, bytes_b), (kernels_f, kernels_b) = CROSS_ENTROPY_BYTES[_fused(ctx, "loss")]
     return LayerTime(gemm_f=f, gemm_b=dg + wg, gemm_w=wg, attn_f=zero, attn_b=zero,
-                     elem_f=memory_bound_time(gpu, logits * (CROSS_ENTROPY_BYTES[0] + fill * 6.0), 3 + 2 * fill),
+                     elem_f=memory_bound_time(gpu, logits * (bytes_f + fill * 6.0), kernels_f + 2 * fill),
                      elem_b=memory_bound_time(
-                         gpu, logits * CROSS_ENTROPY_BYTES[1] + GRAD_ACCUMULATION_BYTES * vp * h
-                         + fill * ACT_BYTES * (logits + m * h), 2 + 2 * fill))
+                         gpu, logits * bytes_b + GRAD_ACCUMULATION_BYTES * vp * h
+                         + fill * ACT_BYTES * (logits + m * h), kernels_b + 2 * fill))
 
 
 def embedding_time(ctx: Ctx) -> LayerTime:

@@ -28,9 +28,9 @@ ATTENTION_KERNELS = ("fa2", "fa3", "cudnn")
 for every GPU since Ampere), fa3 (FlashAttention-3, Hopper warp-specialised), cudnn (cuDNN's fused
 attention, what Transformer Engine and XLA pick on Hopper and Blackwell)."""
 
-FUSED_OPS = ("norm", "rope", "activation")
-"""The element-wise ops of a layer whose kernels a stack may fuse: the norms (RMSNorm/LayerNorm), the rotary
-embedding of q and k, and the MLP activation function (SwiGLU's silu·up, GeLU)."""
+FUSED_OPS = ("norm", "rope", "activation", "loss")
+"""The element-wise ops whose kernels a stack may fuse: the norms (RMSNorm/LayerNorm), the rotary embedding of
+q and k, the MLP activation function (SwiGLU's silu·up, GeLU) and the cross entropy over the logits."""
 
 COMPILE_SCOPES = ("none", "block", "model", "program")
 """What torch.compile (or XLA) covers when compilation is on: none (the stack has no compile path), block
