@@ -331,8 +331,8 @@ def test_measured_rows_keep_aiconfigurator_token_budget():
 def test_overlap_scheduler_hides_launches_behind_the_gpu():
     """TensorRT-LLM's overlap scheduler (llm_args disable_overlap_scheduler default False) launches a step while
     the GPU runs the one before: an eager step takes the longer of its launches and its GPU work, plus the step's
-    host time, instead of their sum. aiconfigurator's measured rows ran with it off (its generated configs set
-    disable_overlap_scheduler true), so the CSV reader marks them."""
+    host time, instead of their sum. aiconfigurator's measured rows ran with it off (its templates' default,
+    disable_overlap_scheduler true, which the rows follow: cases.MEASURED_OVERLAP), so the CSV reader marks them."""
     from parplan.serving.cases import read_measured_csv
     from parplan.serving.validate import shipped_files
 

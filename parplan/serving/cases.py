@@ -41,10 +41,15 @@ MODE_NAMES = {"agg": "aggregated", "disagg": "disaggregated"}
 
 MEASURED_OVERLAP = {"trtllm": False}
 """The overlap scheduler of aiconfigurator's measured deployments where it differs from the engine's default:
-aiconfigurator writes TensorRT-LLM launch configs with disable_overlap_scheduler true unless told otherwise
-(ai-dynamo/aiconfigurator src/aiconfigurator/generator/config/backend_templates/trtllm/
+aiconfigurator's templates write TensorRT-LLM launch configs with disable_overlap_scheduler true unless told
+otherwise (ai-dynamo/aiconfigurator src/aiconfigurator/generator/config/backend_templates/trtllm/
 extra_engine_args.1.3.0rc1.yaml.j2 @581e459: `disable_overlap_scheduler: {{ disable_overlap_scheduler |
-default(true) }}`)."""
+default(true) }}`). Its current rules tell otherwise for aggregated and decode workers (rule_plugin/trtllm.rule
+@17676b3 and rule_plugin/benchmark/trtllm.rule @581e459: `agg disable_overlap_scheduler = false`, `decode ...
+= false`, `prefill ... = true`), but the rows do not say which generator wrote their configs, and they follow the
+templates' default: with the overlap scheduler on for the aggregated rows and TensorRT-LLM's knobs refitted
+(benchmarks/serving_fit.py, 120 evaluations), TPOT's median error grows from 12.3% to 13.8% while TTFT's moves
+from 25.6% to 25.3%."""
 
 MEASURED_BUDGET_ENGINES = ("vllm", "trtllm")
 MEASURED_BUDGET_SPARE = 1500
@@ -53,7 +58,13 @@ MEASURED_BUDGET_SPARE = 1500
 (ai-dynamo/aiconfigurator src/aiconfigurator/generator/rule_plugin/vllm.rule @11324a6 and trtllm.rule @17676b3:
 `agg max_num_tokens = max_batch_size + SlaConfig.isl + 1500`; the parameter names per engine in
 generator/config/backend_config_mapping.yaml), so a prompt always fits in one step beside the decode tokens.
-SGLang's rule sets max_prefill_tokens instead and keeps chunked_prefill_size at its default."""
+SGLang's rule sets max_prefill_tokens = ISL + 1500 instead, keeps chunked_prefill_size at its default and turns on
+--enable-mixed-chunk for aggregated workers (rule_plugin/sglang.rule @1089dfa; backend_config_mapping.yaml
+@043c66c; backend_templates/sglang/cli_args.j2 @e1d216d). The SGLang rows follow neither: read with mixed chunks
+(prefill joining the decode batch, its decode tokens taken from the budget as schedule_policy.py PrefillAdder
+takes mixed_with_decode_tokens) and the smaller budget, SGLang's refitted TTFT error grows from 35.5% to 39.7%
+(its rows are mostly DeepSeek, which phase-lock as prefill-first steps do; SGLang turns mixed chunks off under
+speculative decoding, which the rows do not record), so they keep SGLang's defaults."""
 
 METRICS = ("ttft_ms", "tpot_ms")
 """The metrics of a measured row, named as serve_evaluate names them."""
