@@ -85,7 +85,7 @@ grow fourfold up to this (each task bounds its blocks in a few calls, whose fixe
 amortise). The first takes 8,192: each task pays about 15 ms of fixed costs (one call of each bound, and of
 memory and time per batch), as much as bounding ~4,000 blocks; llama3.1-405b on 16,384 GPUs has 7,356 blocks
 whose floor is within its final limit, which 4,096 left to a second task (2 more bound calls and 2 more
-batches: 0.22 -> 0.16 s in-process)."""
+batches)."""
 SLACK = 1e-9
 """Relative margin on every skip: a block is proved no better only when its bound exceeds the threshold by
 more than float rounding could account for."""
