@@ -272,9 +272,11 @@ class _Cells:
         picked = [cells[i] for i in ids]
         lengths = np.array([c.shape for c in picked], dtype=np.int64).reshape(len(picked), len(_AXES))
         values = []
-        for axis, longest in enumerate(lengths.max(axis=0)):
+        for axis, longest in enumerate(lengths.max(axis=0).tolist()):
             rows = [c.values[axis] for c in picked]
-            values.append(np.stack([np.concatenate([r, np.repeat(r[:1], longest - len(r), axis=0)]) for r in rows]))
+            if any(len(r) < longest for r in rows):
+                rows = [np.concatenate([r, np.repeat(r[:1], longest - len(r), axis=0)]) for r in rows]
+            values.append(np.stack(rows))
         return cls(np.array(ids, dtype=np.int64), np.array([c.tp for c in picked], dtype=np.int64),
                    np.array([c.pp for c in picked], dtype=np.int64), tuple(values), lengths)
 
@@ -283,6 +285,19 @@ class _Cells:
         """The grid the rules are evaluated over: a leading axis of one (a broadcast Layouts' length, which the
         filters' np.ones(len(lay)) broadcast from, is then 1), the cells, then the padded axes."""
         return (1, len(self.ids), *(v.shape[1] for v in self.values))
+
+    def flat_index(self) -> np.ndarray:
+        """(C, padded block axes...) each block's index in its own cell's (unpadded) block grid."""
+        lengths = self.lengths[:, :_BLOCK]
+        strides = np.ones_like(lengths)
+        strides[:, :-1] = np.cumprod(lengths[:, :0:-1], axis=1)[:, ::-1]
+        shape = self.shape[1:2 + _BLOCK]
+        out = np.zeros(shape, dtype=np.int64)
+        for axis in range(_BLOCK):
+            along = [1] * len(shape)
+            along[0], along[1 + axis] = len(self.ids), shape[1 + axis]
+            out = out + (np.arange(shape[1 + axis]) * strides[:, axis, None]).reshape(along)
+        return out
 
     def padding(self) -> list[np.ndarray]:
         """Factors that are False on the padded values of each axis some cell has fewer values of."""
@@ -583,18 +598,13 @@ def _survey(cell_ids: list[int]) -> _Survey:
     for group in _survey_groups(cells, cell_ids):
         n = _cell_counts(group, model, cluster, gbs, seq, space, st["filter"])
         found = np.flatnonzero(n)
-        index = np.unravel_index(found, n.shape)
-        of_cell = index[0]
-        # Each block's index in its own cell's (unpadded) block grid.
-        lengths = group.lengths[of_cell, :_BLOCK]
-        flat = index[1]
-        for k in range(1, _BLOCK):
-            flat = flat * lengths[:, k] + index[1 + k]
+        of_cell = found // math.prod(n.shape[1:])
         owner.append(group.ids[of_cell])
-        flats.append(flat)
+        flats.append(group.flat_index().ravel()[found])
         counts.append(n.ravel()[found])
         # One representative per block with the schedule at its first value: the floor's inputs.
-        rep = found - index[1 + s_axis] * math.prod(n.shape[2 + s_axis:])
+        inner = math.prod(n.shape[2 + s_axis:])
+        rep = found - (found // inner) % n.shape[1 + s_axis] * inner
         used = np.zeros(n.size, dtype=bool)
         used[rep] = True
         first = np.unravel_index(np.flatnonzero(used), n.shape)
@@ -608,7 +618,7 @@ def _survey(cell_ids: list[int]) -> _Survey:
     floor = (compute_floor(model, cluster, lay, st["workload"], st["stack"]) if st["bound"] and len(lay)
              else np.zeros(len(lay)))
     cell, flat = np.concatenate(owner), np.concatenate(flats)
-    order = np.lexsort((flat, cell))
+    order = np.argsort(cell, kind="stable")  # each group's blocks are in (cell, index) order already
     return _Survey(cell[order], flat[order], np.concatenate(counts)[order], floor[np.concatenate(rep_of)[order]])
 
 
