@@ -638,13 +638,15 @@ def _tighten(reps: Layouts) -> np.ndarray:
 
 def _fields_of(cells: list[_Cell], cell_of: np.ndarray, flat: np.ndarray, gbs: int, seq: int, space: SearchSpace
                ) -> dict[str, np.ndarray]:
-    """_block_fields of blocks from several cells, in the order given."""
-    out: dict[str, np.ndarray] = {}
-    order = np.argsort(cell_of, kind="stable")
-    for part in np.split(order, np.flatnonzero(np.diff(cell_of[order])) + 1):
-        for name, v in _block_fields(cells[int(cell_of[part[0]])], flat[part], gbs, seq, space).items():
-            out.setdefault(name, np.empty(len(flat), dtype=v.dtype))[part] = v
-    return out
+    """_block_fields of blocks from several cells, in the order given: each block's index unravelled over its
+    own cell's block grid, its values read from the cells stacked (_Cells) in one gather per axis."""
+    table = _Cells.of(cells, list(range(len(cells))))
+    lengths = table.lengths[cell_of, :_BLOCK]
+    picked, rest = [], flat
+    for axis in range(_BLOCK - 1, -1, -1):
+        rest, index = np.divmod(rest, lengths[:, axis])
+        picked.append(table.values[axis][cell_of, index])
+    return _fields(table.tp[cell_of], table.pp[cell_of], picked[::-1], gbs, seq, space)
 
 
 def _cost(task: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]) -> _Partial:
