@@ -97,6 +97,9 @@ SURVEY_BLOCKS = 1 << 20
 """Padded blocks per group of cells the survey counts in one pass (_survey_groups): the counting holds a few
 arrays of this many blocks times some inner axes (DeepSeek-V3 on 2,048 GPUs: its largest cell alone has
 1.0 M blocks)."""
+SURVEY_SMALL = 1 << 15
+"""Padded blocks below which a survey pass costs about its fixed overhead (a call per rule and filter): cells
+of different pipeline depths are stacked together up to this size whatever their padding."""
 MAX_GPUS = 1 << 20
 """Clusters beyond this are refused up front: ten times the largest GPU clusters built by 2025 (about 100,000
 GPUs), and past what the grid enumeration is sized for."""
@@ -566,21 +569,23 @@ def _representatives(fields: dict[str, np.ndarray]) -> Layouts:
 
 
 def _survey_groups(cells: list[_Cell], ids: list[int]) -> Iterator[_Cells]:
-    """The cells `ids` stacked in groups of one pipeline depth (the same schedule axis, so little padding), each
-    of at most SURVEY_BLOCKS padded blocks unless a single cell has more."""
-    by_pp: dict[int, list[int]] = {}
-    for i in ids:
-        by_pp.setdefault(cells[i].pp, []).append(i)
-    for members in by_pp.values():
-        group: list[int] = []
-        longest = np.zeros(_BLOCK, dtype=np.int64)
-        for i in members:
-            grown = np.maximum(longest, cells[i].block_shape)
-            if group and (len(group) + 1) * math.prod(grown) > SURVEY_BLOCKS:
-                yield _Cells.of(cells, group)
-                group, grown = [], np.array(cells[i].block_shape)
-            group.append(i)
-            longest = grown
+    """The cells `ids` stacked in groups, deepest pipelines first: a cell joins the group before it while the
+    padded group stays within SURVEY_BLOCKS and either within SURVEY_SMALL (a pass over so few blocks costs
+    about its fixed overhead, ~1 ms) or padded by at most a quarter (cells of one pipeline depth share their
+    schedule axis, so they stack with little padding)."""
+    group: list[int] = []
+    longest = np.zeros(_BLOCK, dtype=np.int64)
+    real = 0
+    for i in sorted(ids, key=lambda i: (-cells[i].pp, i)):
+        shape = cells[i].block_shape
+        grown = np.maximum(longest, shape)
+        padded = (len(group) + 1) * math.prod(grown)
+        if group and (padded > SURVEY_BLOCKS or padded > max(SURVEY_SMALL, 1.25 * (real + math.prod(shape)))):
+            yield _Cells.of(cells, group)
+            group, grown, real = [], np.array(shape), 0
+        group.append(i)
+        longest, real = grown, real + math.prod(shape)
+    if group:
         yield _Cells.of(cells, group)
 
 
