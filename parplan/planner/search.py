@@ -725,13 +725,17 @@ def _cost_blocks(reps: Layouts) -> _Partial:
     lay, owner = _expand(reps, model, space)
     rows = _valid(lay, model, cluster)
     lay, owner = lay.take(rows), owner[rows]
-    # Memory first: a layout that cannot fit needs no step time.
-    base_peaks = peak_memory(model, cluster, lay, workload, stack)
-    lay, parent = _time_options(lay, model, cluster, space)
-    peaks, owner = base_peaks.take(parent), owner[parent]
+    wide, parent = _time_options(lay, model, cluster, space)
     if layout_filter is not None:
-        rows = np.flatnonzero(layout_filter(lay))
-        lay, peaks, owner = lay.take(rows), peaks.take(rows), owner[rows]
+        rows = np.flatnonzero(layout_filter(wide))
+        wide, parent = wide.take(rows), parent[rows]
+    # Memory first: a layout that cannot fit needs no step time. It is computed once per layout with the
+    # time-only fields at their base values, and only for those with a setting of them the filter passes (on
+    # Megatron-Core, half of the rest).
+    used = np.ones(len(parent), dtype=bool)
+    used[1:] = parent[1:] != parent[:-1]  # parent is sorted: _time_options lists each layout's settings in turn
+    base_peaks = peak_memory(model, cluster, lay.take(parent[used]), workload, stack)
+    lay, peaks, owner = wide, base_peaks.take(np.cumsum(used) - 1), owner[parent]
     # Device memory includes the dispatcher's buffers (device.py), so it is completed after the expansion.
     required = device_gib(model, cluster, lay, peaks.reserved)
     peaks = dataclasses.replace(peaks, device=required)
