@@ -72,13 +72,18 @@ def _case(name):
     return model, cluster, gbs, seq, restrict_space(space, stack), workload, layout_filter, stack
 
 
-def _blocks(model, cluster, gbs, seq, space, workload, layout_filter, stack):
-    """Every block of a space with its count, its three bounds (the survey's floor, the pipeline of compute
-    alone, the pipeline with communication), and the step time of each of its layouts."""
+def _start(model, cluster, gbs, seq, space, workload, layout_filter, stack):
+    """The search's state as search.plan sets it for a survey; the grid's cells."""
     search._STATE.update(model=model, cluster=cluster, space=space, gbs=gbs, seq=seq, workload=workload,
                          filter=layout_filter, cells=list(search._grid(model, cluster, gbs, seq, space)),
                          bound=True, stack=stack)
-    cells = search._STATE["cells"]
+    return search._STATE["cells"]
+
+
+def _blocks(model, cluster, gbs, seq, space, workload, layout_filter, stack):
+    """Every block of a space with its count, its three bounds (the survey's floor, the pipeline of compute
+    alone, the pipeline with communication), and the step time of each of its layouts."""
+    cells = _start(model, cluster, gbs, seq, space, workload, layout_filter, stack)
     survey = search._survey(list(range(len(cells))))
     reps = search._representatives(search._fields_of(cells, survey.cell, survey.flat, gbs, seq, space))
     bounds = (survey.bound, search._refine(reps), search._tighten(reps))
@@ -124,6 +129,20 @@ def test_counts_without_building_equal_the_layouts_built(blocks):
     the layouts the search builds for the same blocks, rules, time-only choices and filter."""
     _, survey, _, _, owner, _ = blocks
     assert np.array_equal(np.bincount(owner, minlength=len(survey.count)), survey.count)
+
+
+@pytest.mark.parametrize("name", ["dense", "moe", "torchtitan"])
+def test_the_survey_is_the_same_however_its_cells_are_stacked(name, monkeypatch):
+    """The survey counts cells stacked in padded groups (search._survey_groups); one cell per group gives the
+    same blocks, counts and floors in the same order."""
+    ids = list(range(len(_start(*_case(name)))))
+    stacked = search._survey(ids)
+    monkeypatch.setattr(search, "SURVEY_SMALL", 0)
+    monkeypatch.setattr(search, "SURVEY_BLOCKS", 1)
+    assert len(list(search._survey_groups(search._STATE["cells"], ids))) == len(ids) > 1
+    alone = search._survey(ids)
+    for field in ("cell", "flat", "count", "bound"):
+        assert np.array_equal(getattr(stacked, field), getattr(alone, field))
 
 
 def _sample(blocks, n=400, seed=0):

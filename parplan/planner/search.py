@@ -76,13 +76,16 @@ FIRST_BATCH = 1 << 12
 """Layouts in a task's first costed batch; each next batch is four times larger, up to `chunk`. A batch costs
 about 10 ms plus 2.5 µs per layout on one core (llama3.1-405b on 16,384 GPUs), so smaller ones would cost more
 in fixed costs than they save by tightening the limit sooner."""
-FIRST_TASK_BLOCKS = 1 << 12
+FIRST_TASK_BLOCKS = 1 << 13
 TASK_BLOCKS = 1 << 14
 """Blocks per costing task, in the order of the survey's floor: the first task runs alone and sets the limit
 the others are cut by, so it takes enough blocks that the best of them (costed first, by their tighter bounds)
 is near the final best (llama3.1-405b on 16,384 GPUs: 4,096 find it, 64 a plan 4.4 times slower); the next
 grow fourfold up to this (each task bounds its blocks in a few calls, whose fixed costs larger tasks
-amortise)."""
+amortise). The first takes 8,192: each task pays about 15 ms of fixed costs (one call of each bound, and of
+memory and time per batch), as much as bounding ~4,000 blocks; llama3.1-405b on 16,384 GPUs has 7,356 blocks
+whose floor is within its final limit, which 4,096 left to a second task (2 more bound calls and 2 more
+batches)."""
 SLACK = 1e-9
 """Relative margin on every skip: a block is proved no better only when its bound exceeds the threshold by
 more than float rounding could account for."""
@@ -90,6 +93,13 @@ PARALLEL_MIN = 1 << 25
 """Below this many candidate layouts (before the rules), the search runs in-process: forking workers, and each
 evaluating its own share of the compute, costs more than it saves (llama3.1-405b on 16,384 GPUs, 2.6 M
 candidates, is faster in-process on 2 cores; DeepSeek-V3 on 2,048, 860 M, is not)."""
+SURVEY_BLOCKS = 1 << 20
+"""Padded blocks per group of cells the survey counts in one pass (_survey_groups): the counting holds a few
+arrays of this many blocks times some inner axes (DeepSeek-V3 on 2,048 GPUs: its largest cell alone has
+1.0 M blocks)."""
+SURVEY_SMALL = 1 << 15
+"""Padded blocks below which a survey pass costs about its fixed overhead (a call per rule and filter): cells
+of different pipeline depths are stacked together up to this size whatever their padding."""
 MAX_GPUS = 1 << 20
 """Clusters beyond this are refused up front: ten times the largest GPU clusters built by 2025 (about 100,000
 GPUs), and past what the grid enumeration is sized for."""
@@ -245,33 +255,96 @@ def _grid(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: Sea
             yield _Cell(tp, pp, values)
 
 
-def _broadcast(cell: _Cell, gbs: int, seq: int, space: SearchSpace) -> Layouts:
-    """The cell's layouts as one Layouts whose fields broadcast against each other: each field varies along
-    its own axis only, so an elementwise rule evaluates to an array over just the axes it reads."""
-    dims = len(_AXES)
+@dataclass(frozen=True, slots=True)
+class _Cells:
+    """Grid cells stacked along one axis, each axis's values padded to the longest with the cell's first value
+    (the padding is counted out: _padding), so that the survey evaluates the rules over many cells in one pass
+    instead of one numpy call per rule and cell."""
+
+    ids: np.ndarray
+    """The cells' indices in the search's list."""
+    tp: np.ndarray
+    pp: np.ndarray
+    values: tuple[np.ndarray, ...]
+    """Per axis (_AXES order): (C, L) values, (C, L, 2) for the expert and schedule pairs."""
+    lengths: np.ndarray
+    """(C, axes) how many of each axis's values are the cell's own (the rest is padding)."""
+
+    @classmethod
+    def of(cls, cells: list[_Cell], ids: list[int]) -> _Cells:
+        picked = [cells[i] for i in ids]
+        lengths = np.array([c.shape for c in picked], dtype=np.int64).reshape(len(picked), len(_AXES))
+        values = []
+        for axis, longest in enumerate(lengths.max(axis=0).tolist()):
+            rows = [c.values[axis] for c in picked]
+            if any(len(r) < longest for r in rows):
+                rows = [np.concatenate([r, np.repeat(r[:1], longest - len(r), axis=0)]) for r in rows]
+            values.append(np.stack(rows))
+        return cls(np.array(ids, dtype=np.int64), np.array([c.tp for c in picked], dtype=np.int64),
+                   np.array([c.pp for c in picked], dtype=np.int64), tuple(values), lengths)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The grid the rules are evaluated over: a leading axis of one (a broadcast Layouts' length, which the
+        filters' np.ones(len(lay)) broadcast from, is then 1), the cells, then the padded axes."""
+        return (1, len(self.ids), *(v.shape[1] for v in self.values))
+
+    def flat_index(self) -> np.ndarray:
+        """(C, padded block axes...) each block's index in its own cell's (unpadded) block grid."""
+        lengths = self.lengths[:, :_BLOCK]
+        strides = np.ones_like(lengths)
+        strides[:, :-1] = np.cumprod(lengths[:, :0:-1], axis=1)[:, ::-1]
+        shape = self.shape[1:2 + _BLOCK]
+        out = np.zeros(shape, dtype=np.int64)
+        for axis in range(_BLOCK):
+            along = [1] * len(shape)
+            along[0], along[1 + axis] = len(self.ids), shape[1 + axis]
+            out = out + (np.arange(shape[1 + axis]) * strides[:, axis, None]).reshape(along)
+        return out
+
+    def padding(self) -> list[np.ndarray]:
+        """Factors that are False on the padded values of each axis some cell has fewer values of."""
+        out = []
+        for axis, longest in enumerate(self.shape[2:]):
+            if (self.lengths[:, axis] < longest).any():
+                shape = [1] * len(self.shape)
+                shape[1], shape[2 + axis] = len(self.ids), longest
+                out.append((np.arange(longest) < self.lengths[:, axis, None]).reshape(shape))
+        return out
+
+
+def _broadcast(cells: _Cells, gbs: int, seq: int, space: SearchSpace) -> Layouts:
+    """The cells' layouts as one Layouts whose fields broadcast against each other: each field varies along
+    its own axis (and the cells') only, so an elementwise rule evaluates to an array over just the axes it
+    reads."""
+    dims = len(cells.shape)
+    count = len(cells.ids)
 
     def along(axis: str, values: np.ndarray) -> np.ndarray:
         shape = [1] * dims
-        shape[_AXES.index(axis)] = len(values)
+        shape[1], shape[2 + _AXES.index(axis)] = count, values.shape[1]
         return values.reshape(shape)
+
+    def per_cell(values: np.ndarray) -> np.ndarray:
+        return values.reshape((1, count) + (1,) * (dims - 2))
 
     def const(value: object, dtype: type = np.int64) -> np.ndarray:
         return np.full((1,) * dims, value, dtype=dtype)
 
-    v = dict(zip(_AXES, cell.values, strict=True))
-    sp = along("sp", v["sp"])
+    v = dict(zip(_AXES, cells.values, strict=True))
+    tp, pp, sp = per_cell(cells.tp), per_cell(cells.pp), along("sp", v["sp"])
     return Layouts(
-        tp=const(cell.tp), pp=const(cell.pp), cp=along("cp", v["cp"]), ep=along("expert", v["expert"][:, 0]),
-        etp=along("expert", v["expert"][:, 1]), vpp=along("schedule", v["schedule"][:, 1]),
+        tp=tp, pp=pp, cp=along("cp", v["cp"]), ep=along("expert", v["expert"][..., 0]),
+        etp=along("expert", v["expert"][..., 1]), vpp=along("schedule", v["schedule"][..., 1]),
         zero=along("zero", v["zero"]), mbs=along("mbs", v["mbs"]), gbs=const(gbs), seq=const(seq), sp=sp,
         recompute=along("recompute", v["recompute"]), recompute_blocks=const(1.0, float), dp_replicate=const(1),
-        schedule=along("schedule", v["schedule"][:, 0].astype(np.int8)),
+        schedule=along("schedule", v["schedule"][..., 0].astype(np.int8)),
         precision=along("precision", v["precision"]), flash_attention=const(True, bool),
         tp_overlap=along("tp_overlap", v["tp_overlap"]), dispatch=along("dispatch", v["dispatch"]),
         redundant_experts=along("redundant_experts", v["redundant_experts"]),
         ep_overlap=along("ep_overlap", v["ep_overlap"]),
-        p2p_overlap=p2p_overlap_default(cell.pp, along("schedule", v["schedule"][:, 0])),
-        pp_scatter_gather=space.pp_scatter_gather & scatter_gather_acts(cell.tp, cell.pp, sp),
+        p2p_overlap=p2p_overlap_default(pp, along("schedule", v["schedule"][..., 0])),
+        pp_scatter_gather=space.pp_scatter_gather & scatter_gather_acts(tp, pp, sp),
     )
 
 
@@ -284,10 +357,10 @@ def _count_valid(factors: list[np.ndarray], shape: tuple[int, ...], keep: int) -
     fs: list[np.ndarray] = []
     for f in factors:
         f = np.asarray(f, dtype=bool)
-        if f.ndim == 0:
-            if not f:
-                return np.zeros(shape[:keep], dtype=np.int64)
-            continue
+        if f.all():
+            continue  # a rule this grid never breaks (the model has no experts, say): it counts nothing out
+        if not f.any():
+            return np.zeros(shape[:keep], dtype=np.int64)
         fs.append(f)
     free = 1  # combinations of the axes no factor reads
     # The last axes first: the time-only ones, read by few rules (and those mostly over few other axes).
@@ -302,36 +375,55 @@ def _count_valid(factors: list[np.ndarray], shape: tuple[int, ...], keep: int) -
         for f in touching[1:]:
             product = product & f if product.dtype == f.dtype == bool else product * f
         fs = [f for f in fs if f.shape[axis] == 1] + [product.sum(axis=axis, keepdims=True, dtype=np.int32)]
+    # The factors left read only the kept axes: the boolean ones are ANDed smallest first (one byte per
+    # element, the result growing to the full block grid only at the last), then the counts multiply in.
+    fs.sort(key=lambda f: (f.dtype != bool, f.size))
     counts = np.full((1,) * len(shape), free, dtype=np.int64)
+    mask = None
     for f in fs:
-        counts = counts * f
+        if f.dtype == bool:
+            mask = f if mask is None else mask & f
+        else:
+            counts = counts * f
+    if mask is not None:
+        counts = counts * mask
     return np.broadcast_to(counts, shape[:keep] + (1,) * (len(shape) - keep)).reshape(shape[:keep])
 
 
-def _cell_counts(cell: _Cell, model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: SearchSpace,
+def _cell_counts(cells: _Cells, model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: SearchSpace,
                  layout_filter: Callable[[Layouts], np.ndarray] | None) -> np.ndarray:
-    """Valid layouts (Strategy rules, the SP/overlap pairing, the layout filter) per block of the cell."""
-    lay = _broadcast(cell, gbs, seq, space)
+    """Valid layouts (Strategy rules, the SP/overlap pairing, the layout filter) per block of each of the
+    cells: (C, padded block axes...), 0 on the padding."""
+    lay = _broadcast(cells, gbs, seq, space)
     factors = [rule.ok(lay, model, cluster) for rule in RULES] + [_pair_ok(lay.tp, lay.sp, lay.tp_overlap)]
     if layout_filter is not None:
         factors.append(layout_filter(lay))
-    return _count_valid(factors, cell.shape, _BLOCK)
+    return _count_valid(factors + cells.padding(), cells.shape, 2 + _BLOCK)[0]
 
 
-def _block_fields(cell: _Cell, flat: np.ndarray, gbs: int, seq: int, space: SearchSpace) -> dict[str, np.ndarray]:
-    """The fields fixed by each of the cell's blocks `flat` (indices into its block grid)."""
-    c, e, s, b, x, r, p = (cell.values[i][j] for i, j in enumerate(np.unravel_index(flat, cell.block_shape)))
-    n = len(flat)
+def _fields(tp: np.ndarray, pp: np.ndarray, picked: list[np.ndarray], gbs: int, seq: int, space: SearchSpace
+            ) -> dict[str, np.ndarray]:
+    """The fields fixed by blocks of (tp, pp) and the values `picked` of each block axis (_AXES[:_BLOCK])."""
+    c, e, s, b, x, r, p = picked
+    n = len(tp)
 
     def full(value: object, dtype: type = np.int64) -> np.ndarray:
         return np.full(n, value, dtype=dtype)
 
-    return {"tp": full(cell.tp), "pp": full(cell.pp), "cp": c, "ep": e[:, 0], "etp": e[:, 1],
+    return {"tp": tp, "pp": pp, "cp": c, "ep": e[:, 0], "etp": e[:, 1],
             "vpp": s[:, 1], "schedule": s[:, 0].astype(np.int8), "mbs": b, "gbs": full(gbs), "seq": full(seq),
             "precision": x, "redundant_experts": r, "sp": p, "flash_attention": full(True, bool),
             "recompute_blocks": full(1.0, float), "dp_replicate": full(1),
-            "p2p_overlap": p2p_overlap_default(cell.pp, s[:, 0]),
-            "pp_scatter_gather": space.pp_scatter_gather & scatter_gather_acts(cell.tp, cell.pp, p)}
+            "p2p_overlap": p2p_overlap_default(pp, s[:, 0]),
+            "pp_scatter_gather": space.pp_scatter_gather & scatter_gather_acts(tp, pp, p)}
+
+
+def _block_fields(cell: _Cell, flat: np.ndarray, gbs: int, seq: int, space: SearchSpace) -> dict[str, np.ndarray]:
+    """The fields fixed by each of the cell's blocks `flat` (indices into its block grid)."""
+    index = np.unravel_index(flat, cell.block_shape)
+    n = len(flat)
+    return _fields(np.full(n, cell.tp, dtype=np.int64), np.full(n, cell.pp, dtype=np.int64),
+                   [cell.values[i][j] for i, j in enumerate(index)], gbs, seq, space)
 
 
 def _expand(reps: Layouts, model: ModelSpec, space: SearchSpace) -> tuple[Layouts, np.ndarray]:
@@ -476,40 +568,63 @@ def _representatives(fields: dict[str, np.ndarray]) -> Layouts:
                    dispatch=np.zeros(n, np.int8), ep_overlap=np.zeros(n, bool))
 
 
+def _survey_groups(cells: list[_Cell], ids: list[int]) -> Iterator[_Cells]:
+    """The cells `ids` stacked in groups, deepest pipelines first: a cell joins the group before it while the
+    padded group stays within SURVEY_BLOCKS and either within SURVEY_SMALL (a pass over so few blocks costs
+    about its fixed overhead, ~1 ms) or padded by at most a quarter (cells of one pipeline depth share their
+    schedule axis, so they stack with little padding)."""
+    group: list[int] = []
+    longest = np.zeros(_BLOCK, dtype=np.int64)
+    real = 0
+    for i in sorted(ids, key=lambda i: (-cells[i].pp, i)):
+        shape = cells[i].block_shape
+        grown = np.maximum(longest, shape)
+        padded = (len(group) + 1) * math.prod(grown)
+        if group and (padded > SURVEY_BLOCKS or padded > max(SURVEY_SMALL, 1.25 * (real + math.prod(shape)))):
+            yield _Cells.of(cells, group)
+            group, grown, real = [], np.array(shape), 0
+        group.append(i)
+        longest, real = grown, real + math.prod(shape)
+    if group:
+        yield _Cells.of(cells, group)
+
+
 def _survey(cell_ids: list[int]) -> _Survey:
     """Count every block of the given cells and bound the step time of those with a valid layout by
     estimate.compute_floor, which does not read the schedule: it is computed once per block with the schedule
-    axis left out, in one call for all the cells (blocks sharing their compute share its evaluation)."""
+    axis left out, in one call for all the cells (blocks sharing their compute share its evaluation). The
+    blocks come in the order of their cell and their index in its block grid."""
     st = _STATE
     model, cluster, space, cells = st["model"], st["cluster"], st["space"], st["cells"]
     gbs, seq = st["gbs"], st["seq"]
     owner, flats, counts, rep_of, reps = [], [], [], [], []
     s_axis = _AXES.index("schedule")
     start = 0
-    for c in cell_ids:
-        cell = cells[c]
-        n = _cell_counts(cell, model, cluster, gbs, seq, space, st["filter"]).ravel()
-        flat = np.flatnonzero(n)
-        owner.append(np.full(len(flat), c, dtype=np.int64))
-        flats.append(flat)
-        counts.append(n[flat])
+    for group in _survey_groups(cells, cell_ids):
+        n = _cell_counts(group, model, cluster, gbs, seq, space, st["filter"])
+        found = np.flatnonzero(n)
+        of_cell = found // math.prod(n.shape[1:])
+        owner.append(group.ids[of_cell])
+        flats.append(group.flat_index().ravel()[found])
+        counts.append(n.ravel()[found])
         # One representative per block with the schedule at its first value: the floor's inputs.
-        index = list(np.unravel_index(flat, cell.block_shape))
-        index[s_axis] = np.zeros_like(index[s_axis])
-        rep = np.ravel_multi_index(index, cell.block_shape)
-        used = np.zeros(math.prod(cell.block_shape), dtype=bool)
+        inner = math.prod(n.shape[2 + s_axis:])
+        rep = found - (found // inner) % n.shape[1 + s_axis] * inner
+        used = np.zeros(n.size, dtype=bool)
         used[rep] = True
-        first = np.flatnonzero(used)
-        reps.append(_block_fields(cell, first, gbs, seq, space))
+        first = np.unravel_index(np.flatnonzero(used), n.shape)
+        reps.append(_fields(group.tp[first[0]], group.pp[first[0]],
+                            [group.values[k][first[0], i] for k, i in enumerate(first[1:])], gbs, seq, space))
         rep_of.append(start + (np.cumsum(used) - 1)[rep])
-        start += len(first)
+        start += len(first[0])
     if not flats:
         return _Survey(*(np.empty(0, dtype) for dtype in (np.int64, np.int64, np.int64, float)))
     lay = _representatives({name: np.concatenate([f[name] for f in reps]) for name in reps[0]})
     floor = (compute_floor(model, cluster, lay, st["workload"], st["stack"]) if st["bound"] and len(lay)
              else np.zeros(len(lay)))
-    return _Survey(np.concatenate(owner), np.concatenate(flats), np.concatenate(counts),
-                   floor[np.concatenate(rep_of)])
+    cell, flat = np.concatenate(owner), np.concatenate(flats)
+    order = np.argsort(cell, kind="stable")  # each group's blocks are in (cell, index) order already
+    return _Survey(cell[order], flat[order], np.concatenate(counts)[order], floor[np.concatenate(rep_of)[order]])
 
 
 def _refine(reps: Layouts) -> np.ndarray:
@@ -528,13 +643,15 @@ def _tighten(reps: Layouts) -> np.ndarray:
 
 def _fields_of(cells: list[_Cell], cell_of: np.ndarray, flat: np.ndarray, gbs: int, seq: int, space: SearchSpace
                ) -> dict[str, np.ndarray]:
-    """_block_fields of blocks from several cells, in the order given."""
-    out: dict[str, np.ndarray] = {}
-    order = np.argsort(cell_of, kind="stable")
-    for part in np.split(order, np.flatnonzero(np.diff(cell_of[order])) + 1):
-        for name, v in _block_fields(cells[int(cell_of[part[0]])], flat[part], gbs, seq, space).items():
-            out.setdefault(name, np.empty(len(flat), dtype=v.dtype))[part] = v
-    return out
+    """_block_fields of blocks from several cells, in the order given: each block's index unravelled over its
+    own cell's block grid, its values read from the cells stacked (_Cells) in one gather per axis."""
+    table = _Cells.of(cells, list(range(len(cells))))
+    lengths = table.lengths[cell_of, :_BLOCK]
+    picked, rest = [], flat
+    for axis in range(_BLOCK - 1, -1, -1):
+        rest, index = np.divmod(rest, lengths[:, axis])
+        picked.append(table.values[axis][cell_of, index])
+    return _fields(table.tp[cell_of], table.pp[cell_of], picked[::-1], gbs, seq, space)
 
 
 def _cost(task: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]) -> _Partial:
@@ -608,13 +725,17 @@ def _cost_blocks(reps: Layouts) -> _Partial:
     lay, owner = _expand(reps, model, space)
     rows = _valid(lay, model, cluster)
     lay, owner = lay.take(rows), owner[rows]
-    # Memory first: a layout that cannot fit needs no step time.
-    base_peaks = peak_memory(model, cluster, lay, workload, stack)
-    lay, parent = _time_options(lay, model, cluster, space)
-    peaks, owner = base_peaks.take(parent), owner[parent]
+    wide, parent = _time_options(lay, model, cluster, space)
     if layout_filter is not None:
-        rows = np.flatnonzero(layout_filter(lay))
-        lay, peaks, owner = lay.take(rows), peaks.take(rows), owner[rows]
+        rows = np.flatnonzero(layout_filter(wide))
+        wide, parent = wide.take(rows), parent[rows]
+    # Memory first: a layout that cannot fit needs no step time. It is computed once per layout with the
+    # time-only fields at their base values, and only for those with a setting of them the filter passes (on
+    # Megatron-Core, half of the rest).
+    used = np.ones(len(parent), dtype=bool)
+    used[1:] = parent[1:] != parent[:-1]  # parent is sorted: _time_options lists each layout's settings in turn
+    base_peaks = peak_memory(model, cluster, lay.take(parent[used]), workload, stack)
+    lay, peaks, owner = wide, base_peaks.take(np.cumsum(used) - 1), owner[parent]
     # Device memory includes the dispatcher's buffers (device.py), so it is completed after the expansion.
     required = device_gib(model, cluster, lay, peaks.reserved)
     peaks = dataclasses.replace(peaks, device=required)
