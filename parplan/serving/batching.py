@@ -123,12 +123,18 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
     prefix = isl - prompt
     pf_keys = prefix + prompt / 2.0
     dec = sm.step(decode_batch / pp, ctx, 0.0, 0.0, 0.0, spec=spec)
-    if eng.mixed_batches:
-        mix = sm.step(decode_batch / pp, ctx, tokens / pp, pf_keys, tokens / prompt / pp, spec=spec, mixed=True)
-        mix_total = mix.total
-    else:  # a prefill batch runs on its own, then the decode batch
-        mix = sm.step(0.0, 0.0, tokens / pp, pf_keys, tokens / prompt / pp, mixed=True)
-        mix_total = mix.total + dec.total
+
+    def with_prefill(n_pf: np.ndarray, keys: np.ndarray, seqs: np.ndarray) -> tuple[StepTime, np.ndarray]:
+        """The step that carries n_pf prefill tokens per stage, and the time it adds to a decode step's: the
+        decode batch rides along where the engine mixes them, else a prefill batch runs on its own, then the
+        decode batch."""
+        if eng.mixed_batches:
+            both = sm.step(decode_batch / pp, ctx, n_pf, keys, seqs, spec=spec, mixed=True)
+            return both, both.total
+        alone = sm.step(0.0, 0.0, n_pf, keys, seqs, mixed=True)
+        return alone, alone.total + dec.total
+
+    mix, mix_total = with_prefill(tokens / pp, pf_keys, tokens / prompt / pp)
     mean_step = step_share * mix_total + (1.0 - step_share) * dec.total
     tpot = (span_share * mix_total + (1.0 - span_share) * dec.total) / tokens_per_step
     # A chunked prompt's last chunk carries only what is left of it: a prompt just over the budget (8,192 tokens
@@ -136,9 +142,7 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
     prefill = own_steps * mix_total
     if eng.chunked_prefill and np.any(n_p > 1):
         rest = prompt - (n_p - 1.0) * budget
-        last = sm.step(decode_batch / pp if eng.mixed_batches else 0.0, ctx if eng.mixed_batches else 0.0,
-                       rest / pp, prefix + prompt - rest / 2.0, 1.0 / pp, spec=spec, mixed=True).total
-        last = last if eng.mixed_batches else last + dec.total
+        last = with_prefill(rest / pp, prefix + prompt - rest / 2.0, 1.0 / pp)[1]
         prefill = np.where((n_p > 1) & (n_p >= own_steps), (n_p - 1.0) * mix_total + last, prefill)
     own = eng.knobs.request_ms * 1e-3 + 0.5 * mean_step + prefill
     decode_time = np.maximum(osl - 1, 0) * tpot
