@@ -145,11 +145,14 @@ def test_torchao_float8_casts_every_weight_at_every_use():
     Transformer Engine keeps the copies for the step (megatron-core) or XLA quantises them inside the GEMM's
     operand fusion (maxtext)."""
     weights = 2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336
-    assert weights == 218_103_808
     titan = _ctx("torchtitan", zero=3, precision="fp8")
     assert compute.gemm_work(titan, LayerKind.DENSE).fp8_weights[0] == weights
     assert compute.fp8_weight_casts(titan, np.array([weights]))[0] == weights
-    assert compute.FP8_WEIGHT_CAST_BYTES == (5.0, 3.0)
+    cached = Ctx.build(LLAMA8, titan.cluster, titan.lay, stack=_variant("torchtitan", memory__fp8_weight_cache_bytes=1))
+    cast, kept = compute.layer_time(titan, LayerKind.DENSE), compute.layer_time(cached, LayerKind.DENSE)
+    bw = titan.cluster.gpu.hbm_tbps * 1e12 * titan.cluster.gpu.hbm_efficiency
+    assert cast.elem_f[0] - kept.elem_f[0] == pytest.approx(5 * weights / bw, rel=1e-9)
+    assert cast.elem_b[0] - kept.elem_b[0] == pytest.approx(3 * weights / bw, rel=1e-9)
     assert compute.fp8_weight_casts(_ctx(ANY_STACK, precision="fp8"), np.array([weights]))[0] == 0
     assert compute.fp8_weight_casts(_ctx("torchtitan", zero=3), np.array([weights]))[0] == 0  # bf16: no casts
     assert compute.fp8_weight_casts(_ctx("maxtext", zero=3, precision="fp8"), np.array([weights]))[0] == 0
@@ -253,7 +256,7 @@ def test_mla_rotates_only_its_rope_dimensions():
     fp8 = np.zeros(1)
     diff = (compute._elementwise_bytes(eager, LayerKind.DENSE, fp8)
             - compute._elementwise_bytes(fused, LayerKind.DENSE, fp8))
-    assert diff[0] == 16 * 8192 * (128 * 64 + 64) == 1_082_130_432
+    assert diff[0] == 16 * 8192 * (128 * 64 + 64)
 
 
 # ------------------------------------------------------------------------------------------ the loss
@@ -272,7 +275,6 @@ def test_unfused_cross_entropy_makes_megatrons_passes():
     gpu = fused.cluster.gpu
     bw, launch = gpu.hbm_tbps * 1e12 * gpu.hbm_efficiency, gpu.kernel_launch_us * 1e-6
     logits = 8192 * 128_256
-    assert logits == 1_050_673_152
     assert b.elem_f[0] - a.elem_f[0] == pytest.approx(28 * logits / bw + 3 * launch, rel=1e-9)
     assert b.elem_b[0] - a.elem_b[0] == pytest.approx(6 * logits / bw + 1 * launch, rel=1e-9)
     assert (b.gemm_f[0], b.gemm_b[0]) == (a.gemm_f[0], a.gemm_b[0])
