@@ -23,7 +23,7 @@ from parplan.planner.memory import layer_activation_bytes, model_state_bytes
 from parplan.planner.schedule import cost_stage_layers, stage_layers
 from parplan.planner.validate import load_runs, validate_runs
 from parplan.stacks import load_stack
-from parplan.stacks.presets import with_memory
+from parplan.stacks.presets import with_expandable_segments, with_memory
 
 MEGATRON = load_stack("megatron-core").memory
 
@@ -325,6 +325,30 @@ def test_llama3_405b_8k_holds_141_layer_micro_batches_on_its_second_rank(publish
     second = next(st for st in run.estimate.stages if st["first_rank"] == 1)
     assert second["memory_gib"]["activations"] * 2**30 == pytest.approx(141 * per_layer)
     assert second["memory_total_gib"] < run.estimate.capacity_gib < run.estimate.device_gib
+
+
+def test_the_misfit_would_fit_with_expandable_segments(published, run_cli):
+    """Launched with expandable segments the misfit's ranks allocate the same bytes and the allocator keeps less
+    beside them: 2% instead of 10% of what a step allocates and frees (ALLOCATOR_HEADROOM). Its need then drops
+    within 80 GiB, which explain says in its sentence; Meta does not state its allocator setting, so the run keeps
+    the caching allocator of the stack it is read with."""
+    run = next(r for r in published if r.run.id in NOT_FITTING)
+    stack = with_expandable_segments(run.run.stack_spec())
+    relieved = evaluate(run.run.model(), load_cluster(run.run.cluster, gpus=run.run.gpus), run.run.strategy,
+                        stack=stack)
+    assert relieved.memory_gib == pytest.approx(run.estimate.memory_gib)
+    assert relieved.fits and relieved.device_gib < run.estimate.device_gib
+    assert with_expandable_segments(load_stack("torchtitan")) is None  # run_train.sh already launches with it
+    s = run.run.strategy
+    code, out, _ = run_cli(
+        "explain", "-m", str(data_dir() / "runs" / "models" / "llama3.1-405b.json"), "-c", "h100", "-n", "8192",
+        "--tp", str(s.tp), "--pp", str(s.pp), "--vpp", str(s.vpp), "--zero", str(s.zero), "--mbs", str(s.mbs),
+        "--gbs", str(s.gbs), "--seq", str(s.seq), "--stack", str(data_dir() / "runs" / "stacks" / "llama3.yaml"),
+        "--json")
+    assert code == 0
+    sentence = json.loads(out)["bottleneck"]
+    assert sentence.startswith("Does not fit") and "expandable_segments:True" in sentence
+    assert f"needs {relieved.required_gib:.1f} GiB, which fits" in sentence
 
 
 def test_published_memory_like_with_like(published):

@@ -15,9 +15,10 @@ from parplan.errors import InvalidStrategyError, NoFeasiblePlanError
 from parplan.planner import Strategy, evaluate
 from parplan.planner.api import plan as plan_api
 from parplan.planner.api import space_from_options
-from parplan.planner.search import SearchSpace, enumerate_layouts, plan, plan_or_raise
+from parplan.planner.search import SearchSpace, enumerate_layouts, levers, plan, plan_or_raise
 from parplan.planner.strategy import SCHEDULES
 from parplan.stacks import load_stack
+from parplan.stacks.presets import EXPANDABLE_SEGMENTS
 
 
 def _divisors(n):
@@ -136,9 +137,21 @@ def test_no_feasible_plan_reports_minimum_and_levers():
         plan_or_raise(model, cluster, gbs=8, seq=4096, space=space)
     msg = str(e.value)
     assert "the least any" in msg and "GiB" in msg
-    for lever in ("ZeRO-3", "full recompute", "2× the GPUs"):
+    for lever in ("ZeRO-3", "full recompute", "2× the GPUs", "expandable_segments:True"):
         assert lever in msg
     assert e.value.exit_code == 3
+
+
+def test_the_allocator_lever_only_where_the_allocator_caches():
+    """Expandable segments is a lever of stacks on PyTorch's default caching allocator, not of torchtitan, whose
+    run_train.sh already launches with it; it never needs more memory than the layouts need without it."""
+    model, cluster = load_model("llama3.1-405b"), load_cluster("h100", gpus=8)
+    space = SearchSpace(zero=(0, 1), recompute=("none",), pp=(1, 2, 4, 8), tp=(8,))
+    caching = levers(model, cluster, gbs=8, seq=4096, space=space)
+    base = plan(model, cluster, gbs=8, seq=4096, space=space).least_memory.required_gib
+    assert caching[EXPANDABLE_SEGMENTS] < base
+    titan = levers(model, cluster, gbs=8, seq=4096, space=space, stack=load_stack("torchtitan"))
+    assert EXPANDABLE_SEGMENTS not in titan
 
 
 def test_cli_plan_json(run_json):

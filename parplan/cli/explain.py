@@ -129,7 +129,7 @@ def explain(
     from parplan.planner.workload import parse_expert_load
     from parplan.plots import check_plot_path, plot_estimate
     from parplan.stacks import load_stack
-    from parplan.stacks.presets import with_memory
+    from parplan.stacks.presets import with_expandable_segments, with_memory
 
     if recompute.startswith(BLOCKS_PREFIX):
         try:
@@ -175,7 +175,10 @@ def explain(
         stack_spec = with_memory(load_stack(stack, compile=compile), memory or [])
     est = evaluate(model_spec, cluster_spec, strategy, workload=workload, stack=stack_spec)
     moe = moe_section(model_spec, cluster_spec, est, workload, stack_spec)
-    sentence = bottleneck(est, cluster_spec)
+    expandable = None if est.fits else with_expandable_segments(stack_spec)
+    relieved = None if expandable is None else evaluate(model_spec, cluster_spec, strategy, workload=workload,
+                                                        stack=expandable)
+    sentence = bottleneck(est, cluster_spec, relieved)
     if plot:
         plot_estimate(est, plot)
     if json_out:

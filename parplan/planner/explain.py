@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from parplan.hardware.spec import ClusterSpec
 from parplan.planner.estimate import Estimate
+from parplan.stacks.presets import EXPANDABLE_SEGMENTS
 
 
 def _share(est: Estimate, name: str) -> float:
@@ -14,18 +15,23 @@ def _nodes(ranks: int, cluster: ClusterSpec) -> int:
     return -(-ranks // cluster.scaleup_domain)
 
 
-def bottleneck(est: Estimate, cluster: ClusterSpec) -> str:
-    """The main bottleneck of `est` and what to change, in one sentence."""
+def bottleneck(est: Estimate, cluster: ClusterSpec, expandable: Estimate | None = None) -> str:
+    """The main bottleneck of `est` and what to change, in one sentence; `expandable` is the same layout launched
+    with expandable segments, where the stack's allocator could be (stacks.presets.with_expandable_segments)."""
     s = est.strategy
     dp = s.dp(est.gpus)
     m = s.microbatches(est.gpus)
     dom = cluster.scaleup_domain
     if not est.fits:
+        allocator = "" if expandable is None else (
+            f" Launched with {EXPANDABLE_SEGMENTS} (--memory allocator=expandable_segments) the allocator strands "
+            f"less: it needs {expandable.required_gib:.1f} GiB"
+            + (", which fits." if expandable.fits else ", still too much."))
         return (f"Does not fit: the most loaded GPU needs {est.required_gib:.1f} GiB of {est.capacity_gib:g} GiB "
                 f"({est.memory_breakdown['activations']:.1f} GiB activations, "
                 f"{sum(v for k, v in est.memory_breakdown.items() if k != 'activations'):.1f} GiB states and buffers); "
                 "recompute, a higher ZeRO stage, more pipeline stages, a smaller micro-batch or offloading the "
-                "optimizer states to the host (--memory optimizer_offload=1.0) reduce it.")
+                "optimizer states to the host (--memory optimizer_offload=1.0) reduce it." + allocator)
     ranked = sorted(((_share(est, k), k) for k in est.time_breakdown if k not in ("gemm",)), reverse=True)
     share, name = ranked[0]
     gemm = _share(est, "gemm")

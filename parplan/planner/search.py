@@ -65,7 +65,7 @@ from parplan.planner.strategy import (
     valid_mask,
 )
 from parplan.planner.workload import UNIFORM, Workload
-from parplan.stacks.presets import load_stack
+from parplan.stacks.presets import EXPANDABLE_SEGMENTS, load_stack, with_expandable_segments
 from parplan.stacks.spec import StackSpec
 from parplan.stacks.support import restrict_space, stack_filter
 
@@ -1064,37 +1064,42 @@ def levers(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space:
            workload: Workload = UNIFORM, stack: StackSpec | None = None) -> dict[str, float]:
     """Least memory any layout needs (GiB, allocator headroom and context included) under each lever that
     the user's space did not already allow and `stack` can pull (default megatron-core), computed by
-    searching again with that lever opened, over the layouts the stack runs."""
+    searching again with that lever opened, over the layouts the stack runs. Launching PyTorch's caching allocator
+    with expandable segments is one of them: it shrinks the allocator's headroom, not what the layout allocates."""
     out: dict[str, float] = {}
-    trials: list[tuple[str, ClusterSpec, SearchSpace]] = []
+    stack = load_stack(stack)
+    trials: list[tuple[str, ClusterSpec, SearchSpace, StackSpec]] = []
     if 3 not in space.zero:
-        trials.append(("ZeRO-3", cluster, dataclasses.replace(space, zero=(*space.zero, 3))))
+        trials.append(("ZeRO-3", cluster, dataclasses.replace(space, zero=(*space.zero, 3)), stack))
     if "full" not in space.recompute:
-        trials.append(("full recompute", cluster, dataclasses.replace(space, recompute=(*space.recompute, "full"))))
+        trials.append(("full recompute", cluster, dataclasses.replace(space, recompute=(*space.recompute, "full")),
+                       stack))
     if space.cp is not None:
-        trials.append(("any context parallelism", cluster, dataclasses.replace(space, cp=None)))
+        trials.append(("any context parallelism", cluster, dataclasses.replace(space, cp=None), stack))
     if space.pp is not None:
-        trials.append(("any pipeline depth", cluster, dataclasses.replace(space, pp=None)))
+        trials.append(("any pipeline depth", cluster, dataclasses.replace(space, pp=None), stack))
     if "fp8" not in space.precision and cluster.gpu.supports_fp8:
-        trials.append(("fp8", cluster, dataclasses.replace(space, precision=(*space.precision, "fp8"))))
+        trials.append(("fp8", cluster, dataclasses.replace(space, precision=(*space.precision, "fp8")), stack))
+    expandable = with_expandable_segments(stack)
+    if expandable is not None:
+        trials.append((EXPANDABLE_SEGMENTS, cluster, space, expandable))
     for factor in (2, 4):
         bigger = cluster.with_gpus(cluster.gpus * factor)
         if bigger.gpus <= MAX_GPUS:
-            trials.append((f"{factor}× the GPUs ({bigger.gpus})", bigger, space))
-    stack = load_stack(stack)
+            trials.append((f"{factor}× the GPUs ({bigger.gpus})", bigger, space, stack))
     base = restrict_space(space, stack)
-    for name, cl, sp in trials:
-        sp = restrict_space(sp, stack)
-        if sp == base and cl is cluster:
+    for name, cl, sp, st in trials:
+        sp = restrict_space(sp, st)
+        if sp == base and cl is cluster and st is stack:
             continue  # a lever the stack cannot pull
-        runnable = stack_filter(stack, model, cl.gpus)
+        runnable = stack_filter(st, model, cl.gpus)
         least = None
         for lay in enumerate_layouts(model, cl, gbs, seq, sp):
             # Memory does not read the time-only fields: a layout counts when the stack runs any setting of them.
             wide, parent = _time_options(lay, model, cl, sp)
             lay = lay.take(np.unique(parent[runnable(wide)]))
             if len(lay):
-                req = float(required_memory_gib(model, cl, lay, workload, stack).min())
+                req = float(required_memory_gib(model, cl, lay, workload, st).min())
                 least = req if least is None else min(least, req)
         if least is not None:
             out[name] = least

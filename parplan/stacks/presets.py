@@ -307,6 +307,20 @@ def load_stack(name_or_path: str | Path | StackSpec | None = None, *, compile: b
     return spec.with_compile(compile)
 
 
+EXPANDABLE_SEGMENTS = "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+"""The allocator setting NVIDIA's Megatron-Bridge memory-tuning guide names as the first fix for an OOM near the
+limit: it 'dramatically reduces fragmentation and often eliminates borderline OOM without any model or
+parallelism changes', 'with zero performance cost' (docs.nvidia.com/nemo/megatron-bridge, skills/perf-memory-tuning)."""
+
+
+def with_expandable_segments(spec: StackSpec) -> StackSpec | None:
+    """`spec` launched with expandable segments, or None where that changes nothing: its allocator is already
+    expandable or is not PyTorch's (XLA)."""
+    if spec.memory.allocator != "caching":
+        return None
+    return with_memory(spec, ["allocator=expandable_segments"], where=EXPANDABLE_SEGMENTS)
+
+
 def with_memory(spec: StackSpec, settings: list[str], *, where: str = "--memory") -> StackSpec:
     """`spec` with memory facts set one by one from KEY=VALUE texts (the command line's --memory), each value
     read as YAML and checked like a stack file's; the facts' source becomes `where`."""
