@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import re
 
 import pytest
 from conftest import ANY_STACK
@@ -140,6 +141,23 @@ def test_no_feasible_plan_reports_minimum_and_levers():
     for lever in ("ZeRO-3", "full recompute", "2× the GPUs", "expandable_segments:True"):
         assert lever in msg
     assert e.value.exit_code == 3
+
+
+def test_the_no_fit_message_lists_only_the_levers_that_lower_the_need():
+    """Every lever the message offers needs less than the base layout; the others are named as not lowering it.
+    405B at 8K on 64 H100s: the leanest layout (tp 8 · pp 8, full recompute, dp 1) gains nothing from fp8, whose
+    bf16 master weights and fp32 gradients stay, so fp8 must not be offered as a way in."""
+    model, cluster = load_model("llama3.1-405b"), load_cluster("h100", gpus=64)
+    with pytest.raises(NoFeasiblePlanError) as e:
+        plan_or_raise(model, cluster, gbs=64, seq=8192)
+    msg = str(e.value)
+    need = float(re.search(r"needs is ([0-9.]+) GiB", msg).group(1))
+    offered = [float(gib) for gib in re.findall(r"([0-9.]+) GiB", msg.split("each lever:")[1])]
+    assert offered and all(gib < need for gib in offered)
+    options = levers(model, cluster, gbs=64, seq=8192, space=SearchSpace())
+    idle = [name for name, gib in options.items() if round(gib, 1) >= need]
+    assert "fp8" in idle
+    assert all(f"{name} would not lower it" in msg or f"{name}," in msg for name in idle)
 
 
 def test_the_allocator_lever_only_where_the_allocator_caches():

@@ -1060,6 +1060,11 @@ def _complexity(lay: Layouts) -> np.ndarray:
     return (lay.tp * lay.pp * lay.cp * lay.ep * lay.etp * lay.vpp).astype(float) + lay.zero + lay.tp_overlap
 
 
+LEVER_GAIN_GIB = 0.05
+"""Least drop in the memory need (GiB) for which plan's no-fit message counts a lever as lowering it: half the
+0.1 GiB its figures are printed to."""
+
+
 def levers(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: SearchSpace,
            workload: Workload = UNIFORM, stack: StackSpec | None = None) -> dict[str, float]:
     """Least memory any layout needs (GiB, allocator headroom and context included) under each lever that
@@ -1125,10 +1130,14 @@ def plan_or_raise(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int,
     need = result.least_memory.required_gib
     options = levers(model, cluster, gbs=gbs, seq=seq, space=space, workload=kw.get("workload", UNIFORM),
                      stack=kw.get("stack"))
+    # A lever whose least need rounds to the same figure as the base need does not help; naming it among the
+    # ones that do would send the user after it (fp8 keeps the bf16 master weights and gradients of the fullest rank).
     helps = [f"{name}: {gib:.1f} GiB{' (fits)' if gib <= cap else ''}" for name, gib in
-             sorted(options.items(), key=lambda kv: kv[1])]
+             sorted(options.items(), key=lambda kv: kv[1]) if gib < need - LEVER_GAIN_GIB]
+    idle = sorted(name for name, gib in options.items() if gib >= need - LEVER_GAIN_GIB)
+    advice = ("Least memory with each lever: " + "; ".join(helps)) if helps else "No lever left to open lowers it"
     raise NoFeasiblePlanError(
         f"no layout of {model.name} fits in {cap:.1f} GiB per GPU on {cluster.gpus}× {cluster.name}: the least any "
         f"of the {result.evaluated:,} valid layouts needs is {need:.1f} GiB "
-        f"({result.least_memory.strategy.as_dict(cluster.gpus)}). Least memory with each lever: "
-        + ("; ".join(helps) if helps else "none left to open") + ".")
+        f"({result.least_memory.strategy.as_dict(cluster.gpus)}). " + advice
+        + (f" ({', '.join(idle)} would not lower it)" if idle else "") + ".")
