@@ -16,8 +16,10 @@ from parplan.planner.schedule import (
     S_DUALPIPEV,
     S_INTERLEAVED,
     S_ZBH1,
+    _assignment,
     bubble_time,
     chunk_inflight,
+    chunks_per_rank,
     inflight_share,
 )
 from parplan.planner.timeline import Timeline, render, simulate
@@ -122,6 +124,16 @@ def test_peak_inflight_matches_schedule_py(schedule, p, m, v):
     chunks = v if schedule == "interleaved" else (2 if schedule.startswith("dualpipe") else 1)
     held = np.array([sum(chunk_inflight(r, p, chunks, CODES[schedule])) / chunks for r in range(p)])
     np.testing.assert_allclose(timeline.inflight, held * inflight_share(held, np.full(p, m)))
+
+
+@pytest.mark.parametrize("schedule", CODES)
+def test_chunks_per_rank_is_what_the_schedule_assigns(schedule):
+    """The chunk count the memory model divides a backward's gradient copies by (estimate) is the number of
+    virtual stages the schedule assigns each rank: DualPipeV's V holds two, as DualPipe's two directions do."""
+    for p, v in ((2, 1), (4, 2), (8, 3)):
+        v = v if schedule == "interleaved" else 1
+        code = CODES[schedule]
+        assert chunks_per_rank(np.array([code]), np.array([v]))[0] == len(_assignment(p, v, code)[0])
 
 
 @pytest.mark.parametrize(("schedule", "p", "m", "v"),

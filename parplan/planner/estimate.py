@@ -28,7 +28,7 @@ from parplan.planner import comm, compute, device, memory
 from parplan.planner.context import Ctx
 from parplan.planner.offload import offload_time
 from parplan.planner.recompute import communication_share, layer_recompute_time, recompute_flops_per_token
-from parplan.planner.schedule import S_DUALPIPE, bubble_time, inflight_share, rank_patterns
+from parplan.planner.schedule import bubble_time, chunks_per_rank, inflight_share, rank_patterns
 from parplan.planner.strategy import RECOMPUTE, Layouts, Strategy
 from parplan.planner.workload import UNIFORM, Workload
 from parplan.stacks.presets import load_stack
@@ -421,8 +421,7 @@ def _rank_memory(ctx: Ctx, pat: dict[str, np.ndarray], params: _RankParams) -> m
     gradients = states.gradients
     if ctx.stack.memory.backward_grad_copies:
         one = pat["dense"] * act_d[:, None] + pat["moe"] * act_m[:, None]
-        # DualPipe's rank holds two stages with vpp 1; interleaving holds vpp chunks.
-        chunks = np.where(lay.schedule == S_DUALPIPE, 2, lay.vpp)[:, None]
+        chunks = chunks_per_rank(lay.schedule, lay.vpp)[:, None]
         gradients = gradients + memory.backward_copy_excess(
             states.backward_copies, memory.offloaded_activations(ctx, one, widest), chunks)
     z3_sharded = (lay.zero[:, None] == 3) & _reshards(ctx)

@@ -109,6 +109,12 @@ class RankPattern:
     scale every chunk down alike."""
 
 
+def chunks_per_rank(schedule: np.ndarray, vpp: np.ndarray) -> np.ndarray:
+    """Model chunks (virtual stages) each rank holds, as `_assignment` gives them: two under DualPipe (one stage
+    of each direction) and DualPipeV (both arms of the V), vpp under interleaving, one otherwise (vpp 1)."""
+    return np.where((schedule == S_DUALPIPE) | (schedule == S_DUALPIPEV), 2, vpp)
+
+
 def _assignment(pp: int, vpp: int, schedule: int) -> list[list[int]]:
     """Virtual-stage indices held by each rank."""
     if schedule == S_DUALPIPE:
