@@ -9,6 +9,9 @@ from parplan.models.spec import RANGES
 
 MAX_GPUS = 2**24
 """Most GPUs a cluster may hold: 80 times the largest built (about 200,000 GPUs)."""
+MAX_PLAN_GPUS = 2**20
+"""Most GPUs `plan` searches layouts for (a larger cluster is a valid input, refused by the search up front): five
+times the largest cluster built, and what the search's grid enumeration is sized for."""
 MAX_BATCH = 2**24
 """Most sequences in a global (or micro-) batch: a thousand times DeepSeek-V3's 15,360."""
 MAX_SEQ = RANGES["max_position"][1]

@@ -40,6 +40,7 @@ import numpy as np
 
 from parplan.errors import ConfigError, NoFeasiblePlanError
 from parplan.hardware.spec import ClusterSpec
+from parplan.limits import MAX_PLAN_GPUS
 from parplan.models.spec import ModelSpec
 from parplan.planner.estimate import (
     Estimate,
@@ -100,9 +101,6 @@ arrays of this many blocks times some inner axes (DeepSeek-V3 on 2,048 GPUs: its
 SURVEY_SMALL = 1 << 15
 """Padded blocks below which a survey pass costs about its fixed overhead (a call per rule and filter): cells
 of different pipeline depths are stacked together up to this size whatever their padding."""
-MAX_GPUS = 1 << 20
-"""Clusters beyond this are refused up front: ten times the largest GPU clusters built by 2025 (about 100,000
-GPUs), and past what the grid enumeration is sized for."""
 MAX_BLOCKS = 1 << 25
 """Searches over more blocks than this (seven times DeepSeek-V3's full space on 2,048 GPUs) are refused up
 front: counting and bounding every block takes about a microsecond each on one core."""
@@ -833,9 +831,9 @@ def _split(weights: np.ndarray, parts: int) -> list[list[int]]:
 
 def check_size(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int) -> None:
     """Refuse, up front and with the reason, a search too large to mean anything or to finish."""
-    if cluster.gpus > MAX_GPUS:
-        raise ConfigError(f"{cluster.gpus:,} GPUs is beyond the {MAX_GPUS:,} a plan is searched for (ten times the "
-                          "largest GPU clusters built)", field="gpus")
+    if cluster.gpus > MAX_PLAN_GPUS:
+        raise ConfigError(f"{cluster.gpus:,} GPUs is beyond the {MAX_PLAN_GPUS:,} a plan is searched for (five times "
+                          "the largest GPU cluster built)", field="gpus")
     if model.layers > MAX_LAYERS:
         raise ConfigError(f"{model.name} has {model.layers:,} layers, beyond the {MAX_LAYERS:,} a plan is searched "
                           "for (eight times the deepest published LLM)", field="layers")
@@ -1090,7 +1088,7 @@ def levers(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space:
         trials.append((EXPANDABLE_SEGMENTS, cluster, space, expandable))
     for factor in (2, 4):
         bigger = cluster.with_gpus(cluster.gpus * factor)
-        if bigger.gpus <= MAX_GPUS:
+        if bigger.gpus <= MAX_PLAN_GPUS:
             trials.append((f"{factor}× the GPUs ({bigger.gpus})", bigger, space, stack))
     base = restrict_space(space, stack)
     for name, cl, sp, st in trials:
