@@ -249,6 +249,27 @@ def test_weights_per_gpu_by_hand():
     assert float(w.other[0]) == 80 * 2 * 8192 * 2
 
 
+@pytest.mark.parametrize(("engine", "precision"), [("vllm", "fp8"), ("sglang", "fp8"), ("trtllm", "fp8")])
+def test_memory_fraction_sizes_the_kv_cache(engine, precision):
+    """A stated memory fraction f sizes the KV cache from f of the GPU (vLLM --gpu-memory-utilization, SGLang
+    --mem-fraction-static) or from f of what the weights leave free (TensorRT-LLM free_gpu_memory_fraction). The
+    weights, activations and context do not move with f, so by hand: raising vLLM's or SGLang's fraction from
+    0.85 to 0.95 adds 0.10 × 140.4 GiB = 14.04 GiB of KV cache per H200 (nvidia-smi's 143,771 MiB); TensorRT-LLM's
+    KV cache scales as 0.95 / 0.85."""
+    model = load_model("meta-llama/Llama-3.1-70B")
+    kv = {}
+    for f in (0.85, 0.95):
+        dep = Deployment(engine=engine, precision=Precision.parse(precision), pool=Pool(tp=4), memory_fraction=f)
+        est = serve_evaluate(model, "h200", dep, Workload(isl=1024, osl=1024, concurrency=8))
+        kv[f] = est.memory["aggregated"]["kv_cache_gib"]
+    if engine == "trtllm":
+        assert kv[0.95] / kv[0.85] == pytest.approx(0.95 / 0.85)
+    else:
+        assert kv[0.95] - kv[0.85] == pytest.approx(14.04)
+    with pytest.raises(ConfigError, match="memory_fraction"):
+        Deployment(engine=engine, precision=Precision(), pool=Pool(), memory_fraction=0.0)
+
+
 def test_experts_spread_over_ep():
     """DeepSeek-V3 on 8 GPUs with EP8 and 32 redundant experts: each GPU holds (256 + 32)/8 = 36 experts of
     3·7168·2048 fp8 weights in each of the 58 MoE layers."""

@@ -84,6 +84,33 @@ def test_scalar_explain_reproduces_the_plan():
     assert est.output_tok_s_per_gpu == pytest.approx(best.tokens_per_s_per_gpu, rel=1e-6)
 
 
+def test_launch_settings_reach_the_reproducing_command_and_the_launch():
+    """A plan searched with a token budget and a memory fraction reproduces with them (serve explain gives the
+    same numbers) and launches with them: --emit once wrote the engine's default budget whatever the plan used."""
+    plan = serve_plan("qwen3-30b-a3b", "h100", 8, isl=1024, osl=256, precisions=("fp8",), modes=("aggregated",),
+                      chunk_tokens=4096, memory_fraction=0.8)
+    best = plan.best
+    cmd = explain_command(plan, best)
+    assert "--chunk-tokens 4096" in cmd and "--memory-fraction 0.8" in cmd
+    d = Deployment(engine="vllm", precision=best.precision, pool=best.pool, chunk_tokens=4096, memory_fraction=0.8)
+    est = serve_evaluate("qwen3-30b-a3b", "h100", d, Workload(isl=1024, osl=256, concurrency=best.concurrency))
+    assert est.tpot_ms == pytest.approx(best.tpot_ms, rel=1e-6)
+    assert est.memory["aggregated"]["kv_cache_gib"] == pytest.approx(best.detail["kv_cache_gib"], rel=1e-6)
+
+
+@pytest.mark.parametrize(("engine", "words"), [
+    ("vllm", ("--max-num-batched-tokens 4096", "--gpu-memory-utilization 0.8")),
+    ("sglang", ("--chunked-prefill-size 4096", "--mem-fraction-static 0.800")),
+    ("trtllm", ("--max_num_tokens 4096", "--kv_cache_free_gpu_memory_fraction 0.8")),
+])
+def test_emit_writes_the_plans_launch_settings(capsys, engine, words):
+    assert main(["serve", "plan", "-m", "qwen3-30b-a3b", "-c", "h100", "--gpus", "8", "--isl", "1024", "--osl",
+                 "256", "--precision", "fp8", "--mode", "aggregated", "--chunk-tokens", "4096",
+                 "--memory-fraction", "0.8", "--emit", engine]) == 0
+    out = capsys.readouterr().out
+    assert all(w in out for w in words)
+
+
 def test_deepseek_decode_plan_goes_wide_ep_with_dp_attention():
     """DeepSeek's published decode setting (DeepSeek-V3/R1 inference system overview, 2025: H800, ~5K tokens of
     context, 20-22 tokens/s per user) is served with attention DP and expert parallelism over many nodes and

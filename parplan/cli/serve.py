@@ -52,6 +52,11 @@ AcceptanceOpt = Annotated[float, typer.Option(callback=number(min=0, max=1), met
                                               help="Chance each drafted token is accepted (with --mtp), in [0, 1).")]
 ChunkOpt = Annotated[int | None, typer.Option(min=1, max=MAX_SEQ,
                                               help="Token budget per step (default: the engine's).")]
+MemoryFractionOpt = Annotated[float | None, typer.Option(
+    callback=number(above=0, max=1), metavar="FRACTION",
+    help="Share of GPU memory the KV cache is sized from: vLLM --gpu-memory-utilization, SGLang "
+         "--mem-fraction-static (of the whole GPU), TensorRT-LLM free_gpu_memory_fraction (of what the weights "
+         "leave free). Default: the engine's.")]
 
 _OPTIONS = {"precision": "--precision", "precision.gemm": "--precision", "precision.moe": "--precision",
             "precision.kv_cache": "--kv-cache", "engine": "--engine", "mode": "--mode"}
@@ -133,6 +138,7 @@ def explain(
     mtp: MtpOpt = 0,
     acceptance: AcceptanceOpt = 0.0,
     chunk_tokens: ChunkOpt = None,
+    memory_fraction: MemoryFractionOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """TTFT, TPOT, throughput per GPU and per user, and memory per GPU of one serving deployment."""
@@ -156,9 +162,10 @@ def explain(
         if prefill is not None:
             deployment = Deployment(engine=engine, precision=prec, mode="disaggregated",
                                     prefill=parse_pool(prefill, "--prefill"), decode=parse_pool(decode, "--decode"),
-                                    chunk_tokens=chunk_tokens)
+                                    chunk_tokens=chunk_tokens, memory_fraction=memory_fraction)
         else:
-            deployment = Deployment(engine=engine, precision=prec, pool=pool, chunk_tokens=chunk_tokens)
+            deployment = Deployment(engine=engine, precision=prec, pool=pool, chunk_tokens=chunk_tokens,
+                                    memory_fraction=memory_fraction)
     with usage_errors(_OPTIONS):  # the workload against the model's context
         est = serve_evaluate(spec, cluster, deployment, workload)
     if json_out:
@@ -270,6 +277,7 @@ def plan(
     redundant_experts: Annotated[list[int] | None, typer.Option(
         min=0, max=MAX_GPUS, help="EPLB redundant experts to try (repeat for several). Default 0.")] = None,
     chunk_tokens: ChunkOpt = None,
+    memory_fraction: MemoryFractionOpt = None,
     top: Annotated[int, typer.Option(min=1, max=1000, help="Deployments to list.")] = 5,
     emit: Annotated[str | None, typer.Option(
         metavar="ENGINE",
@@ -297,7 +305,8 @@ def plan(
                             prefix_hit=prefix_hit, mtp=mtp, acceptance=acceptance, engine=name,
                             ttft_ms=ttft_ms, tpot_ms=tpot_ms, modes=modes,
                             precisions=tuple(precision or ("bf16",)), kv_cache=kv_cache, max_pp=max_pp,
-                            redundant_experts=tuple(redundant_experts or (0,)), chunk_tokens=chunk_tokens, top=top)
+                            redundant_experts=tuple(redundant_experts or (0,)), chunk_tokens=chunk_tokens,
+                            memory_fraction=memory_fraction, top=top)
     script = _emit(result, model) if emit else None
     if json_out:
         print_json(_plan_json(result, script))
@@ -317,9 +326,9 @@ def _emit(result: Any, model_ref: str) -> str:
     best = result.best
     m = load_model(model_ref)
     cl = load_cluster(result.cluster, gpus=result.chosen.gpus)
-    eng = load_engine(result.engine)
+    eng = load_engine(result.engine).configured(None, result.memory_fraction)
     path = model_ref if "/" in model_ref or model_ref.endswith((".json", ".yaml")) else "$MODEL"
-    chunk = eng.default_chunk_tokens(cl.gpu)
+    chunk = result.chunk_tokens or eng.default_chunk_tokens(cl.gpu)
     items = launches(m, cl, eng, best, result.workload, path, chunk)
     header = (f"parplan serve plan: {result.model} on {best.gpus}× {cl.name}, {best.mode}; "
               f"{best.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, TTFT {best.ttft_ms:,.0f} ms, "

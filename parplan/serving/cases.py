@@ -22,6 +22,7 @@ from typing import Any
 
 from parplan._input import read_text
 from parplan.errors import ConfigError, ParplanError
+from parplan.names import KV_DTYPES
 from parplan.serving.engines import load_engine
 from parplan.serving.spec import Deployment, Pool, Precision, Workload
 
@@ -65,6 +66,12 @@ SGLang's rule sets max_prefill_tokens = ISL + 1500 instead, keeps chunked_prefil
 takes mixed_with_decode_tokens) and the smaller budget, SGLang's refitted TTFT error grows from 35.5% to 39.7%
 (its rows are mostly DeepSeek, which phase-lock as prefill-first steps do; SGLang turns mixed chunks off under
 speculative decoding, which the rows do not record), so they keep SGLang's defaults."""
+
+LAUNCH_COLUMNS = ("kv_cache_dtype", "chunk_tokens", "memory_fraction", "overlap_scheduler")
+"""Optional columns: the settings a row's engine was launched with, where the file knows them (aiconfigurator's
+export carries none). A filled cell replaces what the reader otherwise assumes for the row: the engine's default
+KV-cache format for the weights (`auto` keeps it), the token budget of MEASURED_BUDGET_SPARE, the engine's memory
+fraction (Deployment.memory_fraction) and MEASURED_OVERLAP (true / false)."""
 
 METRICS = ("ttft_ms", "tpot_ms")
 """The metrics of a measured row, named as serve_evaluate names them."""
@@ -140,6 +147,24 @@ class _Row:
             raise self.error(column, f"expected a positive finite number, got {raw!r}")
         return value
 
+    def fraction(self, column: str) -> float | None:
+        """A number in (0, 1], or None when the cell is empty."""
+        if self.text(column) == "":
+            return None
+        value = self.positive(column)
+        if value > 1.0:
+            raise self.error(column, f"must lie in (0, 1], got {self.text(column)}")
+        return value
+
+    def flag(self, column: str) -> bool | None:
+        """true / false, or None when the cell is empty."""
+        raw = self.text(column).lower()
+        if raw == "":
+            return None
+        if raw not in ("true", "false"):
+            raise self.error(column, f"expected true or false, got {self.text(column)!r}")
+        return raw == "true"
+
     def choice(self, column: str, allowed: dict[str, str]) -> str:
         raw = self.text(column)
         if raw not in allowed:
@@ -179,6 +204,15 @@ def _measured_budget(row: _Row, engine: str, isl: int) -> int | None:
     return (row.int("batch_size", minimum=1) or 0) + isl + MEASURED_BUDGET_SPARE
 
 
+def _launch(row: _Row) -> dict[str, Any]:
+    """The row's LAUNCH_COLUMNS, checked (None where a cell is empty or the file has no such column)."""
+    kv = row.text("kv_cache_dtype")
+    if kv and kv != "auto":
+        kv = row.choice("kv_cache_dtype", {k: k for k in KV_DTYPES})
+    return {"kv_cache_dtype": None if kv in ("", "auto") else kv, "chunk_tokens": row.int("chunk_tokens", minimum=1),
+            "memory_fraction": row.fraction("memory_fraction"), "overlap_scheduler": row.flag("overlap_scheduler")}
+
+
 def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
     """Cases of a measured-rows CSV (columns as serving_measured.csv)."""
     from parplan.models import load_model  # models import the serving-free part of parplan only
@@ -207,6 +241,7 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
         model_id, system = row.text("model_path"), row.text("system")
         if not model_id:
             raise row.error("model_path", "required value is missing")
+        launch = _launch(row)
         case_id = row.text("id") or f"row {number}"
         tags = {"model": model_id, "system": system, "engine": engine, "mode": mode, "set": "measured rows"}
         base = dict(id=case_id, source=row.text("silicon_data_source"), model=model_id, system=system,
@@ -215,13 +250,15 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
             if system not in SYSTEMS:
                 raise ParplanError(f"no cluster preset for the GPU system {system!r}")
             model = load_model(model_id)
-            kv = load_engine(engine).default_kv_dtype(moe_q if model.moe else gemm)
+            kv = launch["kv_cache_dtype"] or load_engine(engine).default_kv_dtype(moe_q if model.moe else gemm)
             precision = Precision(gemm=gemm, moe=moe_q, kv_cache=kv)
+            overlap = launch["overlap_scheduler"]
+            overlap = MEASURED_OVERLAP.get(engine) if overlap is None else overlap
             if mode == "aggregated":
                 pool = _pool(row, "", moe=model.moe is not None, workers=False)
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, pool=pool,
-                                        chunk_tokens=_measured_budget(row, engine, isl),
-                                        overlap_scheduler=MEASURED_OVERLAP.get(engine))
+                                        chunk_tokens=launch["chunk_tokens"] or _measured_budget(row, engine, isl),
+                                        overlap_scheduler=overlap, memory_fraction=launch["memory_fraction"])
                 concurrency = _concurrency(row)
             else:
                 for role in ("prefill_", "decode_"):
@@ -231,7 +268,8 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
                 prefill = _pool(row, "prefill_", moe=model.moe is not None, workers=True)
                 decode = _pool(row, "decode_", moe=model.moe is not None, workers=True)
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, prefill=prefill,
-                                        decode=decode, overlap_scheduler=MEASURED_OVERLAP.get(engine))
+                                        decode=decode, chunk_tokens=launch["chunk_tokens"], overlap_scheduler=overlap,
+                                        memory_fraction=launch["memory_fraction"])
                 concurrency = _concurrency(row)
             if concurrency is None:
                 raise ParplanError("the concurrency it was measured at is not recorded (silicon_concurrency=N in "

@@ -103,11 +103,19 @@ class Engine:
     knobs: EngineKnobs
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
-    def configured(self, overlap_scheduler: bool | None) -> Engine:
-        """The engine as a deployment runs it: its overlap scheduler switched as stated (None: the default)."""
-        if overlap_scheduler is None or overlap_scheduler == self.overlap_scheduler:
-            return self
-        return dataclasses.replace(self, overlap_scheduler=overlap_scheduler)
+    def configured(self, overlap_scheduler: bool | None, memory_fraction: float | None = None) -> Engine:
+        """The engine as a deployment launches it (None: the default): its overlap scheduler switched, and the
+        share of GPU memory its KV cache is sized from. A fraction is of the memory free after the weights where
+        the engine sizes it so (TensorRT-LLM free_gpu_memory_fraction), else of the whole GPU: vLLM's
+        --gpu-memory-utilization, and SGLang's --mem-fraction-static, which replaces its reserve rule
+        (python/sglang/srt/server_args.py computes mem_fraction_static from the reserve only when not given)."""
+        out = self
+        if overlap_scheduler is not None and overlap_scheduler != self.overlap_scheduler:
+            out = dataclasses.replace(out, overlap_scheduler=overlap_scheduler)
+        if memory_fraction is not None:
+            mode = "free" if self.memory == "free" else "total"
+            out = dataclasses.replace(out, memory=mode, memory_fraction=memory_fraction)
+        return out
 
     def default_kv_dtype(self, weights: str) -> str:
         """The KV-cache format the engine picks when not told, for weights stored as `weights`."""

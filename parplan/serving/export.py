@@ -154,9 +154,12 @@ def _sglang(pool: Pool, role: str, a2a: str, prec: Precision, chunk: int, engine
     if pool.redundant_experts:
         args += ["--enable-eplb", "--ep-num-redundant-experts", str(pool.redundant_experts)]
     hbm = cluster.gpu.hbm_gib
-    reserve = float(sglang_reserve_gib(engine, hbm, chunk, PoolArrays.from_pools([pool]))[0])
+    if engine.memory == "total":  # a stated --mem-fraction-static (Engine.configured)
+        fraction = engine.memory_fraction
+    else:
+        fraction = (hbm - float(sglang_reserve_gib(engine, hbm, chunk, PoolArrays.from_pools([pool]))[0])) / hbm
     args += ["--kv-cache-dtype", "fp8_e4m3" if prec.kv_cache == "fp8" else "auto",
-             "--mem-fraction-static", f"{(hbm - reserve) / hbm:.3f}", "--chunked-prefill-size", str(chunk)]
+             "--mem-fraction-static", f"{fraction:.3f}", "--chunked-prefill-size", str(chunk)]
     if pool.batch:
         args += ["--max-running-requests", str(pool.batch * pool.dp), "--cuda-graph-max-bs", str(pool.batch)]
     if workload.mtp:

@@ -17,7 +17,7 @@ from parplan.names import MODES
 from parplan.serving.engines import Engine, load_engine
 from parplan.serving.evaluate import Traffic
 from parplan.serving.search import Candidate, SearchResult, Targets, binding_constraint, check_targets, search
-from parplan.serving.spec import Precision, Workload
+from parplan.serving.spec import Precision, Workload, check_memory_fraction
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,10 @@ class ServePlan:
     evaluated: int
     seconds: float
     notes: tuple[str, ...] = field(default=())
+    chunk_tokens: int | None = None
+    """The token budget per step the plan was searched with (None: the engine's default)."""
+    memory_fraction: float | None = None
+    """The share of GPU memory the KV cache was sized from (None: the engine's default)."""
 
     @property
     def result(self) -> SearchResult:
@@ -81,11 +85,14 @@ def serve_plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int | S
                mtp: int = 0, acceptance: float = 0.0, engine: str = "vllm", ttft_ms: float | None = None,
                tpot_ms: float | None = None, modes: Sequence[str] = MODES, precisions: Sequence[str] = ("bf16",),
                kv_cache: str = "auto", max_pp: int = 1, redundant_experts: Sequence[int] = (0,),
-               chunk_tokens: int | None = None, top: int = 5) -> ServePlan:
+               chunk_tokens: int | None = None, memory_fraction: float | None = None, top: int = 5) -> ServePlan:
     """The best serving deployments of `model` on each of `gpus` (one count, or several for sizing), under
-    the latency targets. NoFeasiblePlanError (exit 3) names the binding constraint when none meets them."""
+    the latency targets; `chunk_tokens` and `memory_fraction` are launch settings (Deployment's fields) every
+    deployment searched runs with. NoFeasiblePlanError (exit 3) names the binding constraint when none meets
+    them."""
     m = load_model(model)
-    engine_spec = load_engine(engine)
+    check_memory_fraction(memory_fraction)
+    engine_spec = load_engine(engine).configured(None, memory_fraction)
     counts = [gpus] if isinstance(gpus, int) else list(gpus)
     if not counts or min(counts) < 1:
         raise ConfigError("GPU counts must be >= 1", field="gpus")
@@ -146,7 +153,8 @@ def serve_plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int | S
     model_ref = model if isinstance(model, str) else m.name
     return ServePlan(model=m.name, model_ref=model_ref, cluster=cluster_name if isinstance(cluster, ClusterSpec)
                      else str(cluster), engine=engine, workload=workload, targets=targets, counts=results,
-                     chosen=chosen, evaluated=evaluated, seconds=seconds, notes=tuple(notes))
+                     chosen=chosen, evaluated=evaluated, seconds=seconds, notes=tuple(notes),
+                     chunk_tokens=chunk_tokens, memory_fraction=memory_fraction)
 
 
 def _share(part: float, total: float) -> str:
@@ -197,6 +205,10 @@ def explain_command(plan: ServePlan, cand: Candidate) -> str:
         words.append(f"--prefix-hit {w.prefix_hit:g}")
     if w.mtp:
         words.append(f"--mtp {w.mtp} --acceptance {w.acceptance:g}")
+    if plan.chunk_tokens is not None:
+        words.append(f"--chunk-tokens {plan.chunk_tokens}")
+    if plan.memory_fraction is not None:
+        words.append(f"--memory-fraction {plan.memory_fraction:g}")
     if cand.pool is not None:
         p = cand.pool
         words += [f"--tp {p.tp}", f"--pp {p.pp}", f"--dp {p.dp}", f"--moe-tp {p.moe_tp}", f"--moe-ep {p.moe_ep}",

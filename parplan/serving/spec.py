@@ -193,6 +193,12 @@ class Workload:
         return float(sum(a**i for i in range(self.mtp + 1)))
 
 
+def check_memory_fraction(value: float | None) -> None:
+    """A memory fraction (Deployment.memory_fraction) in (0, 1], or None; else a ConfigError."""
+    if value is not None and not (math.isfinite(value) and 0.0 < value <= 1.0):
+        raise ConfigError(f"must lie in (0, 1], got {value}", field="memory_fraction")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Deployment:
     """One serving deployment: engine, precision and the pools."""
@@ -212,6 +218,10 @@ class Deployment:
     overlap_scheduler: bool | None = None
     """Whether the engine launches a step while the GPU runs the one before (TensorRT-LLM
     disable_overlap_scheduler false); None = the engine's default."""
+    memory_fraction: float | None = None
+    """Share of GPU memory the engine sizes its KV cache from (vLLM --gpu-memory-utilization and SGLang
+    --mem-fraction-static: of the whole GPU; TensorRT-LLM free_gpu_memory_fraction: of what the weights leave
+    free), in (0, 1]; None = the engine's default."""
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -224,6 +234,7 @@ class Deployment:
             raise ConfigError("a disaggregated deployment has a prefill and a decode pool", field="prefill")
         if self.chunk_tokens is not None and not 1 <= self.chunk_tokens <= MAX_SEQ:
             raise ConfigError(f"must lie in 1..{MAX_SEQ:,}", field="chunk_tokens")
+        check_memory_fraction(self.memory_fraction)
 
     @property
     def pools(self) -> tuple[Pool, ...]:
