@@ -17,7 +17,7 @@ from parplan.serving.engines import load_engine
 from parplan.serving.evaluate import Traffic, evaluate_aggregated, serve_evaluate
 from parplan.serving.layout import PoolArrays
 from parplan.serving.memory import weight_bytes
-from parplan.serving.spec import Deployment, Pool, Precision, Workload
+from parplan.serving.spec import BatchWait, Deployment, Pool, Precision, Workload
 from parplan.serving.step import StepModel
 
 LLAMA70 = "meta-llama/Llama-3.1-70B"
@@ -268,6 +268,49 @@ def test_memory_fraction_sizes_the_kv_cache(engine, precision):
         assert kv[0.95] - kv[0.85] == pytest.approx(14.04)
     with pytest.raises(ConfigError, match="memory_fraction"):
         Deployment(engine=engine, precision=Precision(), pool=Pool(), memory_fraction=0.0)
+
+
+def _trt_70b(concurrency: int, wait: BatchWait | None = None, dp: int = 1):
+    # two GPUs: TP2, or two attention-DP ranks of one GPU each (TensorRT-LLM's attention DP runs tp 1)
+    dep = Deployment(engine="trtllm", precision=Precision.parse("fp8"), pool=Pool(tp=2 // dp, dp=dp),
+                     chunk_tokens=16384, batch_wait=wait)
+    return serve_evaluate(LLAMA70, "h200", dep, Workload(isl=1024, osl=1024, concurrency=concurrency))
+
+
+def test_batch_wait_holds_a_lone_prompt_for_its_timeout():
+    """InferenceX's Llama 3.1 70B TensorRT-LLM recipe (benchmarks/70b_fp8_h200_trt_slurm.sh @ b328c7f59) holds
+    prompts for up to 20 iterations or until 0.9 × 16,384 = 14,746 tokens gather. Four requests of 1,024 tokens
+    never gather that many, so a hold lasts its 20 steps. By hand, on a TP2 worker with 4 in flight: a burst of
+    b = 1 + burst·3 prompts starts a hold, a = 4 / (1 + 1,023) prompts arrive per step (one prefill step and
+    1,023 decode steps per request), and the mean wait is (b·20 + 20a·10) / (b + 20a) decode steps."""
+    b = 1 + load_engine("trtllm").knobs.burst * 3
+    a = 4 / 1024
+    steps = (b * 20 + 20 * a * 10) / (b + 20 * a)
+    base, held = _trt_70b(4), _trt_70b(4, BatchWait(iters=20, ratio=0.9))
+    assert held.ttft_ms - base.ttft_ms == pytest.approx(steps * held.steps["decode"]["total"] * 1e3, rel=0.01)
+
+
+@pytest.mark.parametrize(("wait", "dp"), [
+    (BatchWait(iters=20, ratio=0.05), 1),  # 0.05 × 16,384 = 819 tokens: one 1,024-token prompt releases itself
+    (BatchWait(iters=0, ratio=0.9), 1),  # TensorRT-LLM's timeout test (count >= 0) passes at once
+    (BatchWait(iters=20, ratio=0.9), 2),  # _schedule skips batch waiting under attention DP
+])
+def test_batch_wait_that_holds_nothing(wait, dp):
+    assert _trt_70b(8, wait, dp).ttft_ms == pytest.approx(_trt_70b(8, None, dp).ttft_ms, rel=1e-9)
+
+
+def test_batch_wait_trades_first_token_for_fewer_prefill_steps():
+    """Held prompts go together: fewer steps carry prefill, so the decoding requests' TPOT does not rise while
+    the first token waits longer."""
+    base, held = _trt_70b(64), _trt_70b(64, BatchWait(iters=20, ratio=0.9))
+    assert held.ttft_ms > base.ttft_ms and held.tpot_ms <= base.tpot_ms
+    assert held.state["mixed_step_share"] < base.state["mixed_step_share"]
+    with pytest.raises(InvalidStrategyError, match="vLLM has no batch waiting"):
+        serve_evaluate(LLAMA70, "h200", Deployment(engine="vllm", precision=Precision.parse("fp8"), pool=Pool(tp=2),
+                                                   batch_wait=BatchWait(iters=20, ratio=0.9)),
+                       Workload(isl=1024, osl=1024, concurrency=4))
+    with pytest.raises(ConfigError, match="batch_wait_ratio"):
+        BatchWait(iters=20, ratio=1.5)
 
 
 def test_experts_spread_over_ep():

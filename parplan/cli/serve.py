@@ -19,7 +19,7 @@ from parplan.cli._options import (
 )
 from parplan.cli._output import Column, console, fitted_table, kv_table, print_json, print_text
 from parplan.errors import ConfigError
-from parplan.limits import MAX_BATCH, MAX_GPUS, MAX_MTP, MAX_SEQ
+from parplan.limits import MAX_BATCH, MAX_BATCH_WAIT_ITERS, MAX_GPUS, MAX_MTP, MAX_SEQ
 from parplan.models.spec import RANGES
 from parplan.names import A2A_BACKENDS, ENGINES, KV_DTYPES
 
@@ -139,12 +139,19 @@ def explain(
     acceptance: AcceptanceOpt = 0.0,
     chunk_tokens: ChunkOpt = None,
     memory_fraction: MemoryFractionOpt = None,
+    batch_wait_iters: Annotated[int, typer.Option(
+        min=0, max=MAX_BATCH_WAIT_ITERS,
+        help="TensorRT-LLM batch_wait_timeout_iters: most steps a new prompt is held to batch it (0 = off).")] = 0,
+    batch_wait_ratio: Annotated[float, typer.Option(
+        callback=number(min=0, max=1), metavar="FRACTION",
+        help="TensorRT-LLM batch_wait_max_tokens_ratio: share of the token budget that releases held prompts "
+             "at once (0 = off).")] = 0.0,
     json_out: JsonOpt = False,
 ) -> None:
     """TTFT, TPOT, throughput per GPU and per user, and memory per GPU of one serving deployment."""
     from parplan.models import load_model
     from parplan.serving.evaluate import serve_evaluate
-    from parplan.serving.spec import Deployment, Pool, Workload
+    from parplan.serving.spec import BatchWait, Deployment, Pool, Workload
 
     _engine(engine, "--engine")
     if (prefill is None) != (decode is None):
@@ -164,8 +171,10 @@ def explain(
                                     prefill=parse_pool(prefill, "--prefill"), decode=parse_pool(decode, "--decode"),
                                     chunk_tokens=chunk_tokens, memory_fraction=memory_fraction)
         else:
+            wait = BatchWait(iters=batch_wait_iters, ratio=batch_wait_ratio) if batch_wait_iters or batch_wait_ratio \
+                else None
             deployment = Deployment(engine=engine, precision=prec, pool=pool, chunk_tokens=chunk_tokens,
-                                    memory_fraction=memory_fraction)
+                                    memory_fraction=memory_fraction, batch_wait=wait)
     with usage_errors(_OPTIONS):  # the workload against the model's context
         est = serve_evaluate(spec, cluster, deployment, workload)
     if json_out:

@@ -27,6 +27,8 @@ where the engine runs prefill first and pauses decoding, which keeps the loop ph
 prefilled first come, first served in steps of the budget. A new request waits half a step to be scheduled,
 then for its burst's steps up to its own: n_p (the last chunk carrying only what is left of the prompt), or
 (burst tokens / step tokens + 1)/2 on average when the burst needs more steps than its prompt.
+Where the deployment turns on TensorRT-LLM's batch waiting, a new prompt is held while others decode, until
+enough prompts gather or a number of steps pass (batch_wait below), and those held go as one burst.
 Little's law closes the loop: throughput X = R / latency, and the C − R requests that find no slot (the KV
 cache or the engine's max running requests being full), or that the prefill budget cannot absorb, queue:
 TTFT = C/X − (OSL − 1)·TPOT.
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from parplan.serving.spec import BatchWait
 from parplan.serving.step import StepModel, StepTime
 
 
@@ -69,6 +72,23 @@ def burst_size(burst: float, in_flight: np.ndarray, open_loop: bool = False) -> 
     of the others in flight, which finished with the request it replaces and were replaced with it; one in an
     open loop."""
     return 1.0 + (0.0 if open_loop else burst) * np.maximum(np.asarray(in_flight, dtype=float) - 1.0, 0.0)
+
+
+def batch_wait(wait: BatchWait | None, burst: np.ndarray, arrivals: np.ndarray, decode_tokens: np.ndarray,
+               prompt: np.ndarray, budget: float, applies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Decode steps a new prompt is held on average under TensorRT-LLM's batch waiting, and the prompts that then
+    go together (the burst it makes). A hold starts when a burst arrives with none held: it lasts until the held
+    prompts and the `decode_tokens` of a step reach ratio × budget, as `arrivals` prompts a step accumulate,
+    or until `iters` steps have passed: L = min(iters, (ratio·budget − decode_tokens) / prompt − burst) / arrivals).
+    The burst waits L steps, a prompt arriving j steps in waits L − j, so over the burst + arrivals·L prompts the
+    mean wait is (burst·L + arrivals·L²/2) / (burst + arrivals·L). `applies`: where prompts are held at all (other
+    requests decoding, attention DP off: BatchWait)."""
+    if wait is None or not wait.holds:
+        return np.zeros_like(burst), burst
+    short = np.maximum((wait.ratio * budget - decode_tokens) / prompt - burst, 0.0)
+    steps = np.where(applies, np.minimum(wait.iters, short / np.maximum(arrivals, 1e-30)), 0.0)
+    joining = arrivals * steps
+    return (burst * steps + joining * steps / 2.0) / (burst + joining), burst + joining
 
 
 def prefill_steps(prompt: np.ndarray, budget: np.ndarray, chunked: bool) -> np.ndarray:
@@ -104,6 +124,8 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
     # loop stays phase-locked and the whole set in flight arrives as one burst. Mixed steps prefill a burst over
     # several steps while decoding goes on, which staggers the replacements: only a share (the knob) stays locked.
     burst = burst_size(eng.knobs.burst if eng.mixed_batches else 1.0, running, open_loop)
+    held, burst = batch_wait(eng.batch_wait, burst, capped, capped * decode_steps * spec, prompt, chunk,
+                             (sm.lay.dp == 1) & (running > 1))
     tokens = np.minimum(budget, prompt * np.maximum(burst, capped))
     share = np.minimum(1.0, capped * prompt / tokens)
     # The prefill a decoding sequence waits for is that of the other requests: its own prompt, and those of its
@@ -144,7 +166,7 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
         rest = prompt - (n_p - 1.0) * budget
         last = with_prefill(rest / pp, prefix + prompt - rest / 2.0, 1.0 / pp)[1]
         prefill = np.where((n_p > 1) & (n_p >= own_steps), (n_p - 1.0) * mix_total + last, prefill)
-    own = eng.knobs.request_ms * 1e-3 + 0.5 * mean_step + prefill
+    own = eng.knobs.request_ms * 1e-3 + 0.5 * mean_step + prefill + held * dec.total
     decode_time = np.maximum(osl - 1, 0) * tpot
     throughput = np.minimum(running / (own + decode_time), capped / mean_step)
     in_flight_time = np.divide(concurrency, throughput, out=np.full_like(throughput, np.inf), where=throughput > 0)

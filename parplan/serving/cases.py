@@ -24,7 +24,7 @@ from parplan._input import read_text
 from parplan.errors import ConfigError, ParplanError
 from parplan.names import KV_DTYPES
 from parplan.serving.engines import load_engine
-from parplan.serving.spec import Deployment, Pool, Precision, Workload
+from parplan.serving.spec import BatchWait, Deployment, Pool, Precision, Workload
 
 SYSTEMS = {
     "h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200-nvl72",
@@ -67,11 +67,13 @@ takes mixed_with_decode_tokens) and the smaller budget, SGLang's refitted TTFT e
 (its rows are mostly DeepSeek, which phase-lock as prefill-first steps do; SGLang turns mixed chunks off under
 speculative decoding, which the rows do not record), so they keep SGLang's defaults."""
 
-LAUNCH_COLUMNS = ("kv_cache_dtype", "chunk_tokens", "memory_fraction", "overlap_scheduler")
+LAUNCH_COLUMNS = ("kv_cache_dtype", "chunk_tokens", "memory_fraction", "overlap_scheduler", "batch_wait_iters",
+                  "batch_wait_ratio")
 """Optional columns: the settings a row's engine was launched with, where the file knows them (aiconfigurator's
 export carries none). A filled cell replaces what the reader otherwise assumes for the row: the engine's default
 KV-cache format for the weights (`auto` keeps it), the token budget of MEASURED_BUDGET_SPARE, the engine's memory
-fraction (Deployment.memory_fraction) and MEASURED_OVERLAP (true / false)."""
+fraction (Deployment.memory_fraction), MEASURED_OVERLAP (true / false), and no batch waiting (BatchWait: both
+columns, TensorRT-LLM's batch_wait_timeout_iters and batch_wait_max_tokens_ratio)."""
 
 METRICS = ("ttft_ms", "tpot_ms")
 """The metrics of a measured row, named as serve_evaluate names them."""
@@ -209,8 +211,19 @@ def _launch(row: _Row) -> dict[str, Any]:
     kv = row.text("kv_cache_dtype")
     if kv and kv != "auto":
         kv = row.choice("kv_cache_dtype", {k: k for k in KV_DTYPES})
+    iters, ratio = row.int("batch_wait_iters"), row.text("batch_wait_ratio")
+    if (iters is None) != (ratio == ""):
+        raise row.error("batch_wait_iters" if iters is None else "batch_wait_ratio",
+                        "batch waiting needs both batch_wait_iters and batch_wait_ratio")
+    try:
+        wait = None if iters is None else BatchWait(iters=iters, ratio=float(ratio))
+    except ValueError:
+        raise row.error("batch_wait_ratio", f"expected a number, got {ratio!r}") from None
+    except ConfigError as e:
+        raise row.error(e.field or "batch_wait_ratio", e.rule) from None
     return {"kv_cache_dtype": None if kv in ("", "auto") else kv, "chunk_tokens": row.int("chunk_tokens", minimum=1),
-            "memory_fraction": row.fraction("memory_fraction"), "overlap_scheduler": row.flag("overlap_scheduler")}
+            "memory_fraction": row.fraction("memory_fraction"), "overlap_scheduler": row.flag("overlap_scheduler"),
+            "batch_wait": wait}
 
 
 def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
@@ -258,7 +271,8 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
                 pool = _pool(row, "", moe=model.moe is not None, workers=False)
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, pool=pool,
                                         chunk_tokens=launch["chunk_tokens"] or _measured_budget(row, engine, isl),
-                                        overlap_scheduler=overlap, memory_fraction=launch["memory_fraction"])
+                                        overlap_scheduler=overlap, memory_fraction=launch["memory_fraction"],
+                                        batch_wait=launch["batch_wait"])
                 concurrency = _concurrency(row)
             else:
                 for role in ("prefill_", "decode_"):
@@ -269,7 +283,7 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
                 decode = _pool(row, "decode_", moe=model.moe is not None, workers=True)
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, prefill=prefill,
                                         decode=decode, chunk_tokens=launch["chunk_tokens"], overlap_scheduler=overlap,
-                                        memory_fraction=launch["memory_fraction"])
+                                        memory_fraction=launch["memory_fraction"], batch_wait=launch["batch_wait"])
                 concurrency = _concurrency(row)
             if concurrency is None:
                 raise ParplanError("the concurrency it was measured at is not recorded (silicon_concurrency=N in "

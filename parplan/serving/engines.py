@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parplan._input import read_yaml
 from parplan._mapping import dataclass_from_mapping
@@ -16,7 +16,10 @@ from parplan._resources import data_dir
 from parplan.errors import ConfigError, InvalidStrategyError, UnknownPresetError
 from parplan.hardware.spec import GPUSpec
 from parplan.names import A2A_BACKENDS, ENGINES
-from parplan.serving.spec import Pool
+from parplan.serving.spec import BatchWait, Pool
+
+if TYPE_CHECKING:
+    from parplan.serving.spec import Deployment
 
 MEMORY_MODES = ("total", "free", "reserve")
 MOE_LAYOUTS = ("any", "ep_or_tp")
@@ -90,6 +93,8 @@ class Engine:
     overlap_scheduler: bool
     """Whether the host prepares and launches a step while the GPU still runs the one before (TensorRT-LLM's
     overlap scheduler), so an eager step takes the longer of its launches and its GPU work, not their sum."""
+    batch_waiting: bool
+    """Whether the engine can hold new prompts back to batch them (TensorRT-LLM's batch waiting, BatchWait)."""
     a2a: str
     """MoE token exchange under attention DP by default."""
     deepep: bool
@@ -102,8 +107,15 @@ class Engine:
     """Whether it runs pipeline parallelism."""
     knobs: EngineKnobs
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+    batch_wait: BatchWait | None = None
+    """The batch waiting a deployment launches it with (configured); None = off."""
 
-    def configured(self, overlap_scheduler: bool | None, memory_fraction: float | None = None) -> Engine:
+    def launched(self, deployment: Deployment) -> Engine:
+        """The engine with a deployment's launch settings (configured)."""
+        return self.configured(deployment.overlap_scheduler, deployment.memory_fraction, deployment.batch_wait)
+
+    def configured(self, overlap_scheduler: bool | None, memory_fraction: float | None = None,
+                   batch_wait: BatchWait | None = None) -> Engine:
         """The engine as a deployment launches it (None: the default): its overlap scheduler switched, and the
         share of GPU memory its KV cache is sized from. A fraction is of the memory free after the weights where
         the engine sizes it so (TensorRT-LLM free_gpu_memory_fraction), else of the whole GPU: vLLM's
@@ -115,6 +127,8 @@ class Engine:
         if memory_fraction is not None:
             mode = "free" if self.memory == "free" else "total"
             out = dataclasses.replace(out, memory=mode, memory_fraction=memory_fraction)
+        if batch_wait is not None and batch_wait.holds:
+            out = dataclasses.replace(out, batch_wait=batch_wait)
         return out
 
     def default_kv_dtype(self, weights: str) -> str:
@@ -189,6 +203,7 @@ class _EngineFields:
     cuda_graph_max_batch: int
     eager_prefill: bool
     overlap_scheduler: bool
+    batch_waiting: bool
     a2a: str
     deepep: bool
     moe_layout: str

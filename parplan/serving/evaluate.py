@@ -261,6 +261,8 @@ def _pool_dict(pool: Any) -> dict[str, Any]:
 def _deployment_dict(d: Deployment) -> dict[str, Any]:
     out: dict[str, Any] = {"engine": d.engine, "mode": d.mode, "chunk_tokens": d.chunk_tokens,
                            "overlap_scheduler": d.overlap_scheduler, "memory_fraction": d.memory_fraction,
+                           "batch_wait": None if d.batch_wait is None else {"iters": d.batch_wait.iters,
+                                                                             "ratio": d.batch_wait.ratio},
                            "precision": {"gemm": d.precision.gemm, "moe": d.precision.moe,
                                          "kv_cache": d.precision.kv_cache}}
     for role in ("pool", "prefill", "decode"):
@@ -275,7 +277,7 @@ def serve_evaluate(model: str | ModelSpec, cluster: str | ClusterSpec, deploymen
     """Predict one serving deployment (the library call behind `parplan serve explain`)."""
     m = load_model(model)
     cl = load_cluster(cluster, gpus=deployment.gpus) if not isinstance(cluster, ClusterSpec) else cluster
-    engine = load_engine(deployment.engine).configured(deployment.overlap_scheduler, deployment.memory_fraction)
+    engine = load_engine(deployment.engine).launched(deployment)
     check_deployment(m, cl, deployment, workload, engine)
     traffic = Traffic.of(workload)
     notes: list[str] = []

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from parplan.errors import ConfigError, InvalidStrategyError
 from parplan.hardware.spec import ClusterSpec
-from parplan.limits import MAX_BATCH, MAX_GPUS, MAX_MTP, MAX_RATE, MAX_SEQ
+from parplan.limits import MAX_BATCH, MAX_BATCH_WAIT_ITERS, MAX_GPUS, MAX_MTP, MAX_RATE, MAX_SEQ
 from parplan.models.spec import ModelSpec
 from parplan.names import A2A_BACKENDS, ENGINES, KV_DTYPES, MODES, WEIGHT_DTYPES
 
@@ -193,6 +193,32 @@ class Workload:
         return float(sum(a**i for i in range(self.mtp + 1)))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchWait:
+    """TensorRT-LLM's batch waiting (llm_args batch_wait_timeout_iters and batch_wait_max_tokens_ratio, both 0 by
+    default): while other requests decode and attention DP is off, new prompts are held back until the step's
+    tokens (held prompts and decode tokens) reach ratio × max_num_tokens or `iters` iterations have passed, then
+    go together (tensorrt_llm/_torch/pyexecutor/py_executor.py _schedule and _waiting_requests). Either at 0
+    holds nothing: the timeout test `count >= iters` or the token test `tokens >= ratio × budget` passes at
+    once."""
+
+    iters: int
+    """Most iterations a prompt is held (batch_wait_timeout_iters)."""
+    ratio: float
+    """Share of the token budget the held prompts and the decode tokens must reach to go at once
+    (batch_wait_max_tokens_ratio), in [0, 1]."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.iters <= MAX_BATCH_WAIT_ITERS:
+            raise ConfigError(f"must lie in 0..{MAX_BATCH_WAIT_ITERS:,}, got {self.iters:,}", field="batch_wait_iters")
+        if not (math.isfinite(self.ratio) and 0.0 <= self.ratio <= 1.0):
+            raise ConfigError(f"must lie in [0, 1], got {self.ratio}", field="batch_wait_ratio")
+
+    @property
+    def holds(self) -> bool:
+        return self.iters > 0 and self.ratio > 0.0
+
+
 def check_memory_fraction(value: float | None) -> None:
     """A memory fraction (Deployment.memory_fraction) in (0, 1], or None; else a ConfigError."""
     if value is not None and not (math.isfinite(value) and 0.0 < value <= 1.0):
@@ -222,6 +248,8 @@ class Deployment:
     """Share of GPU memory the engine sizes its KV cache from (vLLM --gpu-memory-utilization and SGLang
     --mem-fraction-static: of the whole GPU; TensorRT-LLM free_gpu_memory_fraction: of what the weights leave
     free), in (0, 1]; None = the engine's default."""
+    batch_wait: BatchWait | None = None
+    """TensorRT-LLM's batch waiting (BatchWait); None = off, its default."""
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -297,6 +325,10 @@ def check_deployment(model: ModelSpec, cluster: ClusterSpec, deployment: Deploym
         check_pool(model, cluster, pool, deployment.precision, role)  # type: ignore[arg-type]
         if engine is not None:
             engine.check_pool(pool, role)  # type: ignore[arg-type]
+    if engine is not None and deployment.batch_wait is not None and deployment.batch_wait.holds \
+            and not engine.batch_waiting:
+        raise InvalidStrategyError(f"{engine.label} has no batch waiting (TensorRT-LLM's batch_wait_timeout_iters "
+                                   "and batch_wait_max_tokens_ratio)")
     if workload.isl + workload.osl > model.max_position:
         raise ConfigError(f"isl + osl = {workload.isl + workload.osl} exceeds the model's context of "
                           f"{model.max_position} tokens", field="isl")

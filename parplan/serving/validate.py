@@ -46,7 +46,7 @@ def _group_key(case: Case) -> tuple:
     d = case.deployment
     assert d is not None
     return (case.model, case.cluster, d.engine, d.precision, d.mode, d.chunk_tokens, d.overlap_scheduler,
-            d.memory_fraction)
+            d.memory_fraction, d.batch_wait)
 
 
 @functools.lru_cache(maxsize=256)
@@ -121,7 +121,7 @@ def evaluate_cases(cases: Iterable[Case], engines: Mapping[str, Engine] | None =
         if case.kind != "closed_loop":
             engine = engines[case.engine] if engines and case.engine in engines else load_engine(case.engine)
             if case.deployment is not None:
-                engine = engine.configured(case.deployment.overlap_scheduler, case.deployment.memory_fraction)
+                engine = engine.launched(case.deployment)
             try:
                 predicted = evaluate_special(case, engine)
                 results[i] = CaseResult(case, predicted, None if predicted else
@@ -140,8 +140,7 @@ def evaluate_cases(cases: Iterable[Case], engines: Mapping[str, Engine] | None =
         group = [cases[i] for i in members]
         name = group[0].deployment.engine  # type: ignore[union-attr]
         engine = engines[name] if engines and name in engines else load_engine(name)
-        d0 = group[0].deployment
-        engine = engine.configured(d0.overlap_scheduler, d0.memory_fraction)  # type: ignore[union-attr]
+        engine = engine.launched(group[0].deployment)  # type: ignore[arg-type]
         for i, predicted in zip(members, _evaluate_group(group, engine), strict=True):
             error = None if predicted else "the model predicts it does not fit in GPU memory"
             results[i] = CaseResult(cases[i], predicted, error)
