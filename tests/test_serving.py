@@ -381,22 +381,28 @@ def test_published_run_keeps_its_token_budget():
 def test_measured_rows_keep_aiconfigurator_token_budget():
     """aiconfigurator's generator gives an aggregated vLLM or TensorRT-LLM worker max_num_tokens = max_batch_size
     + ISL + 1500 (rule_plugin/vllm.rule, trtllm.rule): the gpt-oss row measured at batch 32, ISL 1,024 runs with
-    32 + 1,024 + 1,500 = 2,556 tokens a step; SGLang's rule leaves chunked_prefill_size at its default."""
+    32 + 1,024 + 1,500 = 2,556 tokens a step; SGLang's rule leaves chunked_prefill_size at its default. A row whose
+    public launch script states its budget keeps that instead: InferenceX's dsr1_fp4_b200 SGLang script passes
+    --chunked-prefill-size 16384 (data/serving/SOURCES.md, rule 3)."""
     from parplan.serving.cases import read_measured_csv
     from parplan.serving.validate import shipped_files
 
     cases = {c.id: c for c in read_measured_csv(shipped_files()[0])}
     row = cases["2026_03_25_gpt_oss_120b_b200_sxm_vllm_fp4_agg_1024x1024_c32_tp2_0_ep1_0_622"]
     assert row.deployment.chunk_tokens == 2556
-    sglang = cases["2026_03_25_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x1024_c128_tp4_0_ep4_0_291"]
+    sglang = cases["meta_llama_llama_3_1_8b_instruct_meta_llama_llama_3_1_8b_instruct_h200_sxm_sglang_agg_1000x1000"
+                   "_c352_tp1_epnone_9"]
     assert sglang.deployment.chunk_tokens is None
+    recipe = cases["2026_03_25_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x1024_c128_tp4_0_ep4_0_291"]
+    assert recipe.deployment.chunk_tokens == 16384 and recipe.deployment.pool.batch == 256
 
 
 def test_overlap_scheduler_hides_launches_behind_the_gpu():
     """TensorRT-LLM's overlap scheduler (llm_args disable_overlap_scheduler default False) launches a step while
     the GPU runs the one before: an eager step takes the longer of its launches and its GPU work, plus the step's
     host time, instead of their sum. aiconfigurator's measured rows ran with it off (its templates' default,
-    disable_overlap_scheduler true, which the rows follow: cases.MEASURED_OVERLAP), so the CSV reader marks them."""
+    disable_overlap_scheduler true, which the rows follow: cases.MEASURED_OVERLAP), so the CSV reader marks them;
+    the rows of InferenceX's scripts, which never disable it, carry it on (data/serving/SOURCES.md, rule 3)."""
     from parplan.serving.cases import read_measured_csv
     from parplan.serving.validate import shipped_files
 
@@ -412,7 +418,9 @@ def test_overlap_scheduler_hides_launches_behind_the_gpu():
     launch = float(b.host[0]) - on.knobs.decode_step_ms * 1e-3
     assert float(a.total[0]) == pytest.approx(max(gpu, launch) + on.knobs.decode_step_ms * 1e-3, rel=1e-12)
     rows = [c for c in read_measured_csv(shipped_files()[0]) if c.engine == "trtllm" and c.deployment]
-    assert rows and all(c.deployment.overlap_scheduler is False for c in rows)
+    launched = [c for c in rows if c.deployment.overlap_scheduler]
+    assert launched and all("llama_3_1_70b" in c.id or "gpt_oss_120b" in c.id for c in launched)
+    assert all(c.deployment.overlap_scheduler is False for c in rows if c not in launched)
 
 
 def test_finite_run_goes_in_whole_waves():

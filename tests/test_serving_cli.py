@@ -102,7 +102,7 @@ def test_validate_serving_malformed_csv(run_cli, tmp_path, text, message):
     assert code == 1 and message in err and "rows.csv" in err
 
 
-LAUNCH = ",kv_cache_dtype,chunk_tokens,memory_fraction,overlap_scheduler,batch_wait_iters,batch_wait_ratio"
+LAUNCH = ",kv_cache_dtype,chunk_tokens,memory_fraction,overlap_scheduler,batch_wait_iters,batch_wait_ratio,max_running"
 
 
 def test_launch_columns_reach_the_deployment():
@@ -111,24 +111,25 @@ def test_launch_columns_reach_the_deployment():
     budget max_batch_size + ISL + 1500 = 16 + 1024 + 1500 = 2,540 tokens, the engine's memory fraction."""
     from parplan.serving.cases import read_measured_csv
 
-    text = HEADER + LAUNCH + "\n" + ROW + ",,,,,,\n" + ROW.replace("r1,", "r2,").replace(",vllm,", ",trtllm,") \
-        + ",fp8,8192,0.95,true,20,0.9\n"
+    text = HEADER + LAUNCH + "\n" + ROW + ",,,,,,,\n" + ROW.replace("r1,", "r2,").replace(",vllm,", ",trtllm,") \
+        + ",fp8,8192,0.95,true,20,0.9,128\n"
     plain, launched = (c.deployment for c in read_measured_csv("rows.csv", text))
     assert (plain.precision.kv_cache, plain.chunk_tokens, plain.memory_fraction) == ("bf16", 2540, None)
-    assert plain.overlap_scheduler is None and plain.batch_wait is None
+    assert plain.overlap_scheduler is None and plain.batch_wait is None and plain.pool.batch is None
     assert launched.precision.kv_cache == "fp8" and launched.chunk_tokens == 8192
     assert launched.memory_fraction == 0.95 and launched.overlap_scheduler is True
-    assert (launched.batch_wait.iters, launched.batch_wait.ratio) == (20, 0.9)
+    assert (launched.batch_wait.iters, launched.batch_wait.ratio) == (20, 0.9) and launched.pool.batch == 128
 
 
 @pytest.mark.parametrize(("cells", "message"), [
-    (",fp6,,,,,", "field 'kv_cache_dtype': row 1: unknown value 'fp6'"),
-    (",,0,,,,", "field 'chunk_tokens': row 1: must be >= 1"),
-    (",,,1.5,,,", "field 'memory_fraction': row 1: must lie in (0, 1]"),
-    (",,,,yes,,", "field 'overlap_scheduler': row 1: expected true or false"),
-    (",,,,,20,", "field 'batch_wait_ratio': row 1: batch waiting needs both"),
-    (",,,,,20,x", "field 'batch_wait_ratio': row 1: expected a number"),
-    (",,,,,20,2", "field 'batch_wait_ratio': row 1: must lie in [0, 1]"),
+    (",fp6,,,,,,", "field 'kv_cache_dtype': row 1: unknown value 'fp6'"),
+    (",,0,,,,,", "field 'chunk_tokens': row 1: must be >= 1"),
+    (",,,1.5,,,,", "field 'memory_fraction': row 1: must lie in (0, 1]"),
+    (",,,,yes,,,", "field 'overlap_scheduler': row 1: expected true or false"),
+    (",,,,,20,,", "field 'batch_wait_ratio': row 1: batch waiting needs both"),
+    (",,,,,20,x,", "field 'batch_wait_ratio': row 1: expected a number"),
+    (",,,,,20,2,", "field 'batch_wait_ratio': row 1: must lie in [0, 1]"),
+    (",,,,,,,0", "field 'max_running': row 1: must be >= 1"),
 ])
 def test_malformed_launch_cells(run_cli, tmp_path, cells, message):
     code, _, err = run_cli("validate", "--serving", _write(tmp_path, HEADER + LAUNCH + "\n" + ROW + cells + "\n"))

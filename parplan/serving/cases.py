@@ -13,6 +13,7 @@ that does not divide the model, a quantisation it does not know) becomes a case 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import re
@@ -68,12 +69,14 @@ takes mixed_with_decode_tokens) and the smaller budget, SGLang's refitted TTFT e
 speculative decoding, which the rows do not record), so they keep SGLang's defaults."""
 
 LAUNCH_COLUMNS = ("kv_cache_dtype", "chunk_tokens", "memory_fraction", "overlap_scheduler", "batch_wait_iters",
-                  "batch_wait_ratio")
+                  "batch_wait_ratio", "max_running")
 """Optional columns: the settings a row's engine was launched with, where the file knows them (aiconfigurator's
 export carries none). A filled cell replaces what the reader otherwise assumes for the row: the engine's default
 KV-cache format for the weights (`auto` keeps it), the token budget of MEASURED_BUDGET_SPARE, the engine's memory
-fraction (Deployment.memory_fraction), MEASURED_OVERLAP (true / false), and no batch waiting (BatchWait: both
-columns, TensorRT-LLM's batch_wait_timeout_iters and batch_wait_max_tokens_ratio)."""
+fraction (Deployment.memory_fraction), MEASURED_OVERLAP (true / false), no batch waiting (BatchWait: both
+columns, TensorRT-LLM's batch_wait_timeout_iters and batch_wait_max_tokens_ratio), and the engine's cap on running
+requests (max_running: per attention rank of an aggregated worker, Pool.batch; vLLM --max-num-seqs, SGLang
+--max-running-requests over its dp ranks, TensorRT-LLM max_batch_size)."""
 
 METRICS = ("ttft_ms", "tpot_ms")
 """The metrics of a measured row, named as serve_evaluate names them."""
@@ -223,7 +226,7 @@ def _launch(row: _Row) -> dict[str, Any]:
         raise row.error(e.field or "batch_wait_ratio", e.rule) from None
     return {"kv_cache_dtype": None if kv in ("", "auto") else kv, "chunk_tokens": row.int("chunk_tokens", minimum=1),
             "memory_fraction": row.fraction("memory_fraction"), "overlap_scheduler": row.flag("overlap_scheduler"),
-            "batch_wait": wait}
+            "batch_wait": wait, "max_running": row.int("max_running", minimum=1)}
 
 
 def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
@@ -269,12 +272,17 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
             overlap = MEASURED_OVERLAP.get(engine) if overlap is None else overlap
             if mode == "aggregated":
                 pool = _pool(row, "", moe=model.moe is not None, workers=False)
+                if launch["max_running"] is not None:
+                    pool = dataclasses.replace(pool, batch=launch["max_running"])
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, pool=pool,
                                         chunk_tokens=launch["chunk_tokens"] or _measured_budget(row, engine, isl),
                                         overlap_scheduler=overlap, memory_fraction=launch["memory_fraction"],
                                         batch_wait=launch["batch_wait"])
                 concurrency = _concurrency(row)
             else:
+                if launch["max_running"] is not None:
+                    raise row.error("max_running", "applies to an aggregated row (a disaggregated row states "
+                                                   "decode_batch_size per worker)")
                 for role in ("prefill_", "decode_"):
                     for column in ROLE_COLUMNS:
                         if role + column not in columns:
