@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from parplan.serving.cases import LAUNCH_COLUMNS
 from parplan.serving.validate import shipped_files
 
 HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,"
@@ -102,7 +103,7 @@ def test_validate_serving_malformed_csv(run_cli, tmp_path, text, message):
     assert code == 1 and message in err and "rows.csv" in err
 
 
-LAUNCH = ",kv_cache_dtype,chunk_tokens,memory_fraction,overlap_scheduler,batch_wait_iters,batch_wait_ratio,max_running"
+LAUNCH = "," + ",".join(LAUNCH_COLUMNS)
 
 
 def test_launch_columns_reach_the_deployment():

@@ -79,7 +79,7 @@ def batch_wait(wait: BatchWait | None, burst: np.ndarray, arrivals: np.ndarray, 
     """Decode steps a new prompt is held on average under TensorRT-LLM's batch waiting, and the prompts that then
     go together (the burst it makes). A hold starts when a burst arrives with none held: it lasts until the held
     prompts and the `decode_tokens` of a step reach ratio × budget, as `arrivals` prompts a step accumulate,
-    or until `iters` steps have passed: L = min(iters, (ratio·budget − decode_tokens) / prompt − burst) / arrivals).
+    or until `iters` steps have passed: L = min(iters, ((ratio·budget − decode_tokens) / prompt − burst) / arrivals).
     The burst waits L steps, a prompt arriving j steps in waits L − j, so over the burst + arrivals·L prompts the
     mean wait is (burst·L + arrivals·L²/2) / (burst + arrivals·L). `applies`: where prompts are held at all (other
     requests decoding, attention DP off: BatchWait)."""

@@ -116,10 +116,10 @@ class Engine:
 
     def configured(self, overlap_scheduler: bool | None, memory_fraction: float | None = None,
                    batch_wait: BatchWait | None = None) -> Engine:
-        """The engine as a deployment launches it (None: the default): its overlap scheduler switched, and the
-        share of GPU memory its KV cache is sized from. A fraction is of the memory free after the weights where
-        the engine sizes it so (TensorRT-LLM free_gpu_memory_fraction), else of the whole GPU: vLLM's
-        --gpu-memory-utilization, and SGLang's --mem-fraction-static, which replaces its reserve rule
+        """The engine as a deployment launches it (None: the default): its overlap scheduler switched, the share
+        of GPU memory its KV cache is sized from, and its batch waiting. A fraction is of the memory free after
+        the weights where the engine sizes it so (TensorRT-LLM free_gpu_memory_fraction), else of the whole GPU:
+        vLLM's --gpu-memory-utilization, and SGLang's --mem-fraction-static, which replaces its reserve rule
         (python/sglang/srt/server_args.py computes mem_fraction_static from the reserve only when not given)."""
         out = self
         if overlap_scheduler is not None and overlap_scheduler != self.overlap_scheduler:
