@@ -46,6 +46,18 @@ def test_serve_explain_disaggregated_and_text(run_cli):
     assert "TTFT" in out and "prefill" in out and "decode" in out
 
 
+def test_serve_explain_states_the_launch_settings(run_cli, run_json):
+    args = ("serve", "explain", "-m", "meta-llama/Llama-3.1-70B", "-c", "h200", "--engine", "trtllm", "--tp", "2",
+            "--precision", "fp8", "--concurrency", "4", "--chunk-tokens", "16384", "--memory-fraction", "0.85",
+            "--batch-wait-iters", "20", "--batch-wait-ratio", "0.9")
+    code, out, err = run_cli(*args)
+    assert code == 0, err
+    assert "16,384-token budget, memory fraction 0.85, batch waiting up to 20 steps or 0.9 of the budget" in \
+        " ".join(out.split())
+    doc = run_json(*args)["deployment"]
+    assert doc["memory_fraction"] == 0.85 and doc["batch_wait"] == {"iters": 20, "ratio": 0.9}
+
+
 @pytest.mark.parametrize(("args", "code", "message"), [
     (("--prefill", "tp=1,dp=x", "--decode", "tp=8"), 2, "dp must be an integer"),
     (("--prefill", "tp=1,dp=8,moe_ep=8"), 2, "both --prefill and --decode"),

@@ -191,6 +191,7 @@ def show_serving(est: ServingEstimate) -> None:
             ("workload", f"ISL {w.isl:,} / OSL {w.osl:,}, {load}"
              + (f", {w.prefix_hit:.0%} prefix hits" if w.prefix_hit else "")
              + (f", MTP {w.mtp} drafts at {w.acceptance:.0%} acceptance" if w.mtp else "")),
+            *([("launch", launch)] if (launch := _launch_settings(d)) else []),
             ("TTFT", f"{est.ttft_ms:,.1f} ms"),
             ("TPOT", f"{est.tpot_ms:,.2f} ms  (inter-token latency: (latency − TTFT) / (OSL − 1))"),
             ("request latency", f"{est.request_latency_ms / 1e3:,.2f} s"),
@@ -206,6 +207,20 @@ def show_serving(est: ServingEstimate) -> None:
                   highlight=False)
     for note in est.notes:
         console.print(f"note: {note}", highlight=False)
+
+
+def _launch_settings(d: Any) -> str:
+    """The launch settings a deployment states beyond the engine's defaults, in words."""
+    parts = []
+    if d.chunk_tokens:
+        parts.append(f"{d.chunk_tokens:,}-token budget")
+    if d.memory_fraction is not None:
+        parts.append(f"memory fraction {d.memory_fraction:g}")
+    if d.overlap_scheduler is not None:
+        parts.append(f"overlap scheduler {'on' if d.overlap_scheduler else 'off'}")
+    if d.batch_wait is not None and d.batch_wait.holds:
+        parts.append(f"batch waiting up to {d.batch_wait.iters} steps or {d.batch_wait.ratio:g} of the budget")
+    return ", ".join(parts)
 
 
 def _by_column(title: str, columns: dict[str, dict[str, float]], fmt: Any,
