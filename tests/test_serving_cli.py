@@ -58,6 +58,16 @@ def test_serve_explain_states_the_launch_settings(run_cli, run_json):
     assert doc["memory_fraction"] == 0.85 and doc["batch_wait"] == {"iters": 20, "ratio": 0.9}
 
 
+def test_batch_wait_holds_nothing_in_a_disaggregated_deployment(run_json):
+    """Prefill workers run no generation requests and decode workers take no new prompts, so TensorRT-LLM's batch
+    waiting, stated for a disaggregated deployment, is kept in its description and changes no figure."""
+    args = ("serve", "explain", "-m", "deepseek-ai/DeepSeek-V3", "-c", "h200", "--engine", "trtllm", "--precision",
+            "fp8", "--prefill", "tp=1,dp=8,moe_ep=8", "--decode", "tp=1,dp=8,moe_ep=8", "--concurrency", "64")
+    plain, held = run_json(*args), run_json(*args, "--batch-wait-iters", "20", "--batch-wait-ratio", "0.9")
+    assert held["deployment"]["batch_wait"] == {"iters": 20, "ratio": 0.9}
+    assert (held["ttft_ms"], held["tpot_ms"]) == (plain["ttft_ms"], plain["tpot_ms"])
+
+
 @pytest.mark.parametrize(("args", "code", "message"), [
     (("--prefill", "tp=1,dp=x", "--decode", "tp=8"), 2, "dp must be an integer"),
     (("--prefill", "tp=1,dp=8,moe_ep=8"), 2, "both --prefill and --decode"),

@@ -160,6 +160,8 @@ def explain(
     with usage_errors(_OPTIONS):  # option values first, before the model is read
         workload = Workload(isl=isl, osl=osl, concurrency=concurrency, rate=rate, prefix_hit=prefix_hit, mtp=mtp,
                             acceptance=acceptance)
+        wait = BatchWait(iters=batch_wait_iters, ratio=batch_wait_ratio) if batch_wait_iters or batch_wait_ratio \
+            else None
         pool = None if prefill is not None else Pool(
             tp=tp, pp=pp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, workers=workers, batch=batch,
             redundant_experts=redundant_experts, a2a=a2a)
@@ -169,10 +171,8 @@ def explain(
         if prefill is not None:
             deployment = Deployment(engine=engine, precision=prec, mode="disaggregated",
                                     prefill=parse_pool(prefill, "--prefill"), decode=parse_pool(decode, "--decode"),
-                                    chunk_tokens=chunk_tokens, memory_fraction=memory_fraction)
+                                    chunk_tokens=chunk_tokens, memory_fraction=memory_fraction, batch_wait=wait)
         else:
-            wait = BatchWait(iters=batch_wait_iters, ratio=batch_wait_ratio) if batch_wait_iters or batch_wait_ratio \
-                else None
             deployment = Deployment(engine=engine, precision=prec, pool=pool, chunk_tokens=chunk_tokens,
                                     memory_fraction=memory_fraction, batch_wait=wait)
     with usage_errors(_OPTIONS):  # the workload against the model's context

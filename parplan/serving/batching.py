@@ -124,7 +124,8 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
     # loop stays phase-locked and the whole set in flight arrives as one burst. Mixed steps prefill a burst over
     # several steps while decoding goes on, which staggers the replacements: only a share (the knob) stays locked.
     burst = burst_size(eng.knobs.burst if eng.mixed_batches else 1.0, running, open_loop)
-    held, burst = batch_wait(eng.batch_wait, burst, capped, capped * decode_steps * spec, prompt, chunk,
+    decode_batch = capped * decode_steps
+    held, burst = batch_wait(eng.batch_wait, burst, capped, decode_batch * spec, prompt, chunk,
                              (sm.lay.dp == 1) & (running > 1))
     tokens = np.minimum(budget, prompt * np.maximum(burst, capped))
     share = np.minimum(1.0, capped * prompt / tokens)
@@ -140,7 +141,6 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
     # A request's prompt is done after its own chunks, or, in a burst larger than one step holds, after the
     # steps before it in the burst: (steps of the burst + 1) / 2 on average.
     own_steps = np.maximum(n_p, (burst * prompt / tokens + 1.0) / 2.0)
-    decode_batch = capped * decode_steps
     ctx = isl + (osl - 1) / 2.0
     prefix = isl - prompt
     pf_keys = prefix + prompt / 2.0

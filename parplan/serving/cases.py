@@ -25,7 +25,7 @@ from parplan._input import read_text
 from parplan.errors import ConfigError, ParplanError
 from parplan.names import KV_DTYPES
 from parplan.serving.engines import load_engine
-from parplan.serving.spec import BatchWait, Deployment, Pool, Precision, Workload
+from parplan.serving.spec import BatchWait, Deployment, Pool, Precision, Workload, check_memory_fraction
 
 SYSTEMS = {
     "h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200-nvl72",
@@ -127,38 +127,36 @@ class _Row:
     def text(self, column: str) -> str:
         return (self.data.get(column) or "").strip()
 
-    def int(self, column: str, *, minimum: int = 0) -> int | None:
-        """An integer >= minimum, or None when the cell is empty."""
+    def finite(self, column: str, what: str | None = None) -> float | None:
+        """A finite number, or None when the cell is empty (its range is the caller's rule); `what` names the
+        value the errors say was expected (default: a number, a finite one)."""
         raw = self.text(column)
         if raw == "":
             return None
         try:
             value = float(raw)
         except ValueError:
-            raise self.error(column, f"expected an integer, got {raw!r}") from None
-        if not math.isfinite(value) or value != int(value):
-            raise self.error(column, f"expected an integer, got {raw!r}")
+            raise self.error(column, f"expected {what or 'a number'}, got {raw!r}") from None
+        if not math.isfinite(value):
+            raise self.error(column, f"expected {what or 'a finite number'}, got {raw!r}")
+        return value
+
+    def int(self, column: str, *, minimum: int = 0) -> int | None:
+        """An integer >= minimum, or None when the cell is empty."""
+        value = self.finite(column, "an integer")
+        if value is None:
+            return None
+        if value != int(value):
+            raise self.error(column, f"expected an integer, got {self.text(column)!r}")
         if value < minimum:
-            raise self.error(column, f"must be >= {minimum}, got {raw}")
+            raise self.error(column, f"must be >= {minimum}, got {self.text(column)}")
         return int(value)
 
     def positive(self, column: str) -> float:
-        raw = self.text(column)
-        try:
-            value = float(raw)
-        except ValueError:
-            raise self.error(column, f"expected a number, got {raw!r}") from None
-        if not math.isfinite(value) or value <= 0:
-            raise self.error(column, f"expected a positive finite number, got {raw!r}")
-        return value
-
-    def fraction(self, column: str) -> float | None:
-        """A number in (0, 1], or None when the cell is empty."""
-        if self.text(column) == "":
-            return None
-        value = self.positive(column)
-        if value > 1.0:
-            raise self.error(column, f"must lie in (0, 1], got {self.text(column)}")
+        """A positive finite number (the cell is required)."""
+        value = self.finite(column, "a positive finite number")
+        if value is None or value <= 0:
+            raise self.error(column, f"expected a positive finite number, got {self.text(column)!r}")
         return value
 
     def flag(self, column: str) -> bool | None:
@@ -214,18 +212,18 @@ def _launch(row: _Row) -> dict[str, Any]:
     kv = row.text("kv_cache_dtype")
     if kv and kv != "auto":
         kv = row.choice("kv_cache_dtype", {k: k for k in KV_DTYPES})
-    iters, ratio = row.int("batch_wait_iters"), row.text("batch_wait_ratio")
-    if (iters is None) != (ratio == ""):
+    iters, ratio = row.int("batch_wait_iters"), row.finite("batch_wait_ratio")
+    if (iters is None) != (ratio is None):
         raise row.error("batch_wait_iters" if iters is None else "batch_wait_ratio",
                         "batch waiting needs both batch_wait_iters and batch_wait_ratio")
-    try:
-        wait = None if iters is None else BatchWait(iters=iters, ratio=float(ratio))
-    except ValueError:
-        raise row.error("batch_wait_ratio", f"expected a number, got {ratio!r}") from None
+    fraction = row.finite("memory_fraction")
+    try:  # the ranges are the deployment's own rules, named here with the row
+        check_memory_fraction(fraction)
+        wait = None if iters is None or ratio is None else BatchWait(iters=iters, ratio=ratio)
     except ConfigError as e:
-        raise row.error(e.field or "batch_wait_ratio", e.rule) from None
+        raise row.error(e.field or "", e.rule) from None
     return {"kv_cache_dtype": None if kv in ("", "auto") else kv, "chunk_tokens": row.int("chunk_tokens", minimum=1),
-            "memory_fraction": row.fraction("memory_fraction"), "overlap_scheduler": row.flag("overlap_scheduler"),
+            "memory_fraction": fraction, "overlap_scheduler": row.flag("overlap_scheduler"),
             "batch_wait": wait, "max_running": row.int("max_running", minimum=1)}
 
 

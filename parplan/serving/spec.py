@@ -200,7 +200,8 @@ class BatchWait:
     tokens (held prompts and decode tokens) reach ratio × max_num_tokens or `iters` iterations have passed, then
     go together (tensorrt_llm/_torch/pyexecutor/py_executor.py _schedule and _waiting_requests). Either at 0
     holds nothing: the timeout test `count >= iters` or the token test `tokens >= ratio × budget` passes at
-    once."""
+    once. Nor does it hold anything in a disaggregated deployment: its prefill workers run no generation
+    requests and its decode workers take no new prompts."""
 
     iters: int
     """Most iterations a prompt is held (batch_wait_timeout_iters)."""
