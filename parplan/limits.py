@@ -23,8 +23,9 @@ MAX_MTP = 64
 a chain adds less than a / (1 − a) tokens per step; far beyond tens of drafts nothing changes but the cost. The
 bound refuses only the absurd (a billion drafts would hang the step model)."""
 MAX_BATCH_WAIT_ITERS = 10_000
-"""Most steps a serving deployment may hold new prompts for (TensorRT-LLM batch_wait_timeout_iters): two hundred
-times the largest published setting (50 in InferenceX's TensorRT-LLM recipes); only the absurd is refused."""
+"""Most steps a serving deployment may hold new prompts for (TensorRT-LLM batch_wait_timeout_iters, and
+attention_dp_config timeout_iters and batching_wait_iters): over a hundred and fifty times the largest published
+setting (50 and 60 in InferenceX's TensorRT-LLM recipes); only the absurd is refused."""
 MAX_RATE = 1e9
 """Most requests per second a serving workload may state: only the absurd is refused (a rate that overflows the
 queueing arithmetic)."""

@@ -46,26 +46,37 @@ def test_serve_explain_disaggregated_and_text(run_cli):
     assert "TTFT" in out and "prefill" in out and "decode" in out
 
 
-def test_serve_explain_states_the_launch_settings(run_cli, run_json):
-    args = ("serve", "explain", "-m", "meta-llama/Llama-3.1-70B", "-c", "h200", "--engine", "trtllm", "--tp", "2",
-            "--precision", "fp8", "--concurrency", "4", "--chunk-tokens", "16384", "--memory-fraction", "0.85",
-            "--batch-wait-iters", "20", "--batch-wait-ratio", "0.9")
+@pytest.mark.parametrize(("args", "words", "fields"), [
+    (("-m", "meta-llama/Llama-3.1-70B", "--tp", "2", "--concurrency", "4", "--chunk-tokens", "16384",
+      "--memory-fraction", "0.85", "--batch-wait-iters", "20", "--batch-wait-ratio", "0.9"),
+     "16,384-token budget, memory fraction 0.85, batch waiting up to 20 steps or 0.9 of the budget",
+     {"memory_fraction": 0.85, "batch_wait": {"iters": 20, "ratio": 0.9}}),
+    (("-m", "deepseek-ai/DeepSeek-V3", "--tp", "1", "--dp", "8", "--moe-ep", "8", "--concurrency", "64",
+      "--dp-balance-timeout-iters", "60", "--dp-balance-wait-iters", "2"),
+     "attention-DP balance: prompts held up to 60 steps until every rank has one, then 2 more",
+     {"dp_balance": {"timeout_iters": 60, "batching_wait_iters": 2}}),
+])
+def test_serve_explain_states_the_launch_settings(run_cli, run_json, args, words, fields):
+    args = ("serve", "explain", "-c", "h200", "--engine", "trtllm", "--precision", "fp8", *args)
     code, out, err = run_cli(*args)
     assert code == 0, err
-    assert "16,384-token budget, memory fraction 0.85, batch waiting up to 20 steps or 0.9 of the budget" in \
-        " ".join(out.split())
+    assert words in " ".join(out.split())
     doc = run_json(*args)["deployment"]
-    assert doc["memory_fraction"] == 0.85 and doc["batch_wait"] == {"iters": 20, "ratio": 0.9}
+    assert {key: doc[key] for key in fields} == fields
 
 
-def test_batch_wait_holds_nothing_in_a_disaggregated_deployment(run_json):
+def test_prompt_holds_hold_nothing_in_a_disaggregated_deployment(run_json):
     """Prefill workers run no generation requests and decode workers take no new prompts, so TensorRT-LLM's batch
-    waiting, stated for a disaggregated deployment, is kept in its description and changes no figure."""
+    waiting and attention-DP balance, stated for a disaggregated deployment, are kept in its description and
+    change no figure."""
     args = ("serve", "explain", "-m", "deepseek-ai/DeepSeek-V3", "-c", "h200", "--engine", "trtllm", "--precision",
             "fp8", "--prefill", "tp=1,dp=8,moe_ep=8", "--decode", "tp=1,dp=8,moe_ep=8", "--concurrency", "64")
     plain, held = run_json(*args), run_json(*args, "--batch-wait-iters", "20", "--batch-wait-ratio", "0.9")
     assert held["deployment"]["batch_wait"] == {"iters": 20, "ratio": 0.9}
     assert (held["ttft_ms"], held["tpot_ms"]) == (plain["ttft_ms"], plain["tpot_ms"])
+    # nor does attention-DP balance: TensorRT-LLM releases at once when a rank runs no generation request
+    balanced = run_json(*args, "--dp-balance-timeout-iters", "60")
+    assert (balanced["ttft_ms"], balanced["tpot_ms"]) == (plain["ttft_ms"], plain["tpot_ms"])
 
 
 @pytest.mark.parametrize(("args", "code", "message"), [
@@ -77,6 +88,8 @@ def test_batch_wait_holds_nothing_in_a_disaggregated_deployment(run_json):
     (("--engine", "tgi"), 2, "--engine"),
     (("--memory-fraction", "1.5"), 2, "--memory-fraction"),
     (("--batch-wait-iters", "20", "--batch-wait-ratio", "0.9"), 1, "vLLM has no batch waiting"),
+    (("--dp-balance-timeout-iters", "60"), 1, "vLLM has no attention-DP balance"),
+    (("--dp-balance-wait-iters", "2"), 2, "needs --dp-balance-timeout-iters"),
 ])
 def test_serve_explain_bad_input(run_cli, args, code, message):
     got, _, err = run_cli("serve", "explain", "-m", "meta-llama/Llama-3.1-70B", "-c", "h100", "--concurrency",
@@ -134,25 +147,31 @@ def test_launch_columns_reach_the_deployment():
     budget max_batch_size + ISL + 1500 = 16 + 1024 + 1500 = 2,540 tokens, the engine's memory fraction."""
     from parplan.serving.cases import read_measured_csv
 
-    text = HEADER + LAUNCH + "\n" + ROW + ",,,,,,,\n" + ROW.replace("r1,", "r2,").replace(",vllm,", ",trtllm,") \
-        + ",fp8,8192,0.95,true,20,0.9,128\n"
+    text = HEADER + LAUNCH + "\n" + ROW + ",,,,,,,,,\n" + ROW.replace("r1,", "r2,").replace(",vllm,", ",trtllm,") \
+        + ",fp8,8192,0.95,true,20,0.9,60,,128\n"
     plain, launched = (c.deployment for c in read_measured_csv("rows.csv", text))
     assert (plain.precision.kv_cache, plain.chunk_tokens, plain.memory_fraction) == ("bf16", 2540, None)
     assert plain.overlap_scheduler is None and plain.batch_wait is None and plain.pool.batch is None
+    assert plain.dp_balance is None
     assert launched.precision.kv_cache == "fp8" and launched.chunk_tokens == 8192
     assert launched.memory_fraction == 0.95 and launched.overlap_scheduler is True
     assert (launched.batch_wait.iters, launched.batch_wait.ratio) == (20, 0.9) and launched.pool.batch == 128
+    # an empty batching_wait_iters beside a timeout reads as 0, as InferenceX's recipes set it
+    assert (launched.dp_balance.timeout_iters, launched.dp_balance.batching_wait_iters) == (60, 0)
 
 
 @pytest.mark.parametrize(("cells", "message"), [
-    (",fp6,,,,,,", "field 'kv_cache_dtype': row 1: unknown value 'fp6'"),
-    (",,0,,,,,", "field 'chunk_tokens': row 1: must be >= 1"),
-    (",,,1.5,,,,", "field 'memory_fraction': row 1: must lie in (0, 1]"),
-    (",,,,yes,,,", "field 'overlap_scheduler': row 1: expected true or false"),
-    (",,,,,20,,", "field 'batch_wait_ratio': row 1: batch waiting needs both"),
-    (",,,,,20,x,", "field 'batch_wait_ratio': row 1: expected a number"),
-    (",,,,,20,2,", "field 'batch_wait_ratio': row 1: must lie in [0, 1]"),
-    (",,,,,,,0", "field 'max_running': row 1: must be >= 1"),
+    (",fp6,,,,,,,,", "field 'kv_cache_dtype': row 1: unknown value 'fp6'"),
+    (",,0,,,,,,,", "field 'chunk_tokens': row 1: must be >= 1"),
+    (",,,1.5,,,,,,", "field 'memory_fraction': row 1: must lie in (0, 1]"),
+    (",,,,yes,,,,,", "field 'overlap_scheduler': row 1: expected true or false"),
+    (",,,,,20,,,,", "field 'batch_wait_ratio': row 1: batch waiting needs both"),
+    (",,,,,20,x,,,", "field 'batch_wait_ratio': row 1: expected a number"),
+    (",,,,,20,2,,,", "field 'batch_wait_ratio': row 1: must lie in [0, 1]"),
+    (",,,,,,,,5,", "field 'dp_balance_timeout_iters': row 1: attention-DP balance needs dp_balance_timeout_iters"),
+    (",,,,,,,99999,,", "field 'dp_balance_timeout_iters': row 1: must lie in 0..10,000"),
+    (",,,,,,,60,x,", "field 'dp_balance_wait_iters': row 1: expected an integer"),
+    (",,,,,,,,,0", "field 'max_running': row 1: must be >= 1"),
 ])
 def test_malformed_launch_cells(run_cli, tmp_path, cells, message):
     code, _, err = run_cli("validate", "--serving", _write(tmp_path, HEADER + LAUNCH + "\n" + ROW + cells + "\n"))

@@ -146,12 +146,20 @@ def explain(
         callback=number(min=0, max=1), metavar="FRACTION",
         help="TensorRT-LLM batch_wait_max_tokens_ratio: share of the token budget that releases held prompts "
              "at once (0 = off).")] = 0.0,
+    dp_balance_timeout_iters: Annotated[int, typer.Option(
+        min=0, max=MAX_BATCH_WAIT_ITERS,
+        help="TensorRT-LLM attention_dp_config enable_balance with this timeout_iters: under attention DP, most "
+             "steps new prompts are held until every rank has one (0 = off).")] = 0,
+    dp_balance_wait_iters: Annotated[int, typer.Option(
+        min=0, max=MAX_BATCH_WAIT_ITERS,
+        help="TensorRT-LLM attention_dp_config batching_wait_iters: steps balanced ranks then wait to gather "
+             "more prompts (with --dp-balance-timeout-iters).")] = 0,
     json_out: JsonOpt = False,
 ) -> None:
     """TTFT, TPOT, throughput per GPU and per user, and memory per GPU of one serving deployment."""
     from parplan.models import load_model
     from parplan.serving.evaluate import serve_evaluate
-    from parplan.serving.spec import BatchWait, Deployment, Pool, Workload
+    from parplan.serving.spec import BatchWait, Deployment, DpBalance, Pool, Workload
 
     _engine(engine, "--engine")
     if (prefill is None) != (decode is None):
@@ -162,6 +170,11 @@ def explain(
                             acceptance=acceptance)
         wait = BatchWait(iters=batch_wait_iters, ratio=batch_wait_ratio) if batch_wait_iters or batch_wait_ratio \
             else None
+        if dp_balance_wait_iters and not dp_balance_timeout_iters:
+            raise typer.BadParameter("needs --dp-balance-timeout-iters (TensorRT-LLM waits to gather more prompts "
+                                     "only once balance is on)", param_hint="--dp-balance-wait-iters")
+        balance = DpBalance(timeout_iters=dp_balance_timeout_iters, batching_wait_iters=dp_balance_wait_iters) \
+            if dp_balance_timeout_iters else None
         pool = None if prefill is not None else Pool(
             tp=tp, pp=pp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, workers=workers, batch=batch,
             redundant_experts=redundant_experts, a2a=a2a)
@@ -171,10 +184,11 @@ def explain(
         if prefill is not None:
             deployment = Deployment(engine=engine, precision=prec, mode="disaggregated",
                                     prefill=parse_pool(prefill, "--prefill"), decode=parse_pool(decode, "--decode"),
-                                    chunk_tokens=chunk_tokens, memory_fraction=memory_fraction, batch_wait=wait)
+                                    chunk_tokens=chunk_tokens, memory_fraction=memory_fraction, batch_wait=wait,
+                                    dp_balance=balance)
         else:
             deployment = Deployment(engine=engine, precision=prec, pool=pool, chunk_tokens=chunk_tokens,
-                                    memory_fraction=memory_fraction, batch_wait=wait)
+                                    memory_fraction=memory_fraction, batch_wait=wait, dp_balance=balance)
     with usage_errors(_OPTIONS):  # the workload against the model's context
         est = serve_evaluate(spec, cluster, deployment, workload)
     if json_out:
@@ -220,6 +234,10 @@ def _launch_settings(d: Any) -> str:
         parts.append(f"overlap scheduler {'on' if d.overlap_scheduler else 'off'}")
     if d.batch_wait is not None and d.batch_wait.holds:
         parts.append(f"batch waiting up to {d.batch_wait.iters} steps or {d.batch_wait.ratio:g} of the budget")
+    if d.dp_balance is not None and d.dp_balance.holds:
+        parts.append(f"attention-DP balance: prompts held up to {d.dp_balance.timeout_iters} steps until every rank "
+                     f"has one" + (f", then {d.dp_balance.batching_wait_iters} more" if d.dp_balance.batching_wait_iters
+                                   else ""))
     return ", ".join(parts)
 
 

@@ -28,7 +28,9 @@ prefilled first come, first served in steps of the budget. A new request waits h
 then for its burst's steps up to its own: n_p (the last chunk carrying only what is left of the prompt), or
 (burst tokens / step tokens + 1)/2 on average when the burst needs more steps than its prompt.
 Where the deployment turns on TensorRT-LLM's batch waiting, a new prompt is held while others decode, until
-enough prompts gather or a number of steps pass (batch_wait below), and those held go as one burst.
+enough prompts gather or a number of steps pass (batch_wait below), and those held go as one burst. Its
+attention-DP balance holds prompts until every DP rank has one, or a number of steps pass (dp_balance below):
+then all ranks prefill in the same steps, and a step carries prefill only as often as one rank's prompts need.
 Little's law closes the loop: throughput X = R / latency, and the C − R requests that find no slot (the KV
 cache or the engine's max running requests being full), or that the prefill budget cannot absorb, queue:
 TTFT = C/X − (OSL − 1)·TPOT.
@@ -41,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parplan.serving.spec import BatchWait
+from parplan.serving.spec import BatchWait, DpBalance
 from parplan.serving.step import StepModel, StepTime
 
 
@@ -91,6 +93,34 @@ def batch_wait(wait: BatchWait | None, burst: np.ndarray, arrivals: np.ndarray, 
     return (burst * steps + joining * steps / 2.0) / (burst + joining), burst + joining
 
 
+def harmonic(n: np.ndarray) -> np.ndarray:
+    """H_n = 1 + 1/2 + … + 1/n (0 for n < 1), elementwise over whole numbers."""
+    n = np.maximum(np.asarray(n, dtype=float), 0.0)
+    table = np.concatenate(([0.0], np.cumsum(1.0 / np.arange(1.0, float(np.max(n, initial=0.0)) + 1.0))))
+    return table[n.astype(np.int64)]
+
+
+def dp_balance(balance: DpBalance | None, burst: np.ndarray, arrivals: np.ndarray, dp: np.ndarray,
+               applies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Decode steps a new prompt is held on average under TensorRT-LLM's attention-DP balance, and the prompts each
+    rank then prefills together (its burst). Each of the dp ranks gains `arrivals` prompts a step; a hold starts
+    when one rank has a burst and lasts until every other rank has a prompt too, the latest of dp − 1 waits of
+    mean 1/arrivals steps each: H_{dp−1} / arrivals steps (H: the harmonic number, for exponential waits), then
+    batching_wait_iters more; or until timeout_iters steps have passed. The group gains dp·arrivals prompts a step
+    meanwhile, so with L the hold, the mean wait is (burst·L + dp·arrivals·L²/2) / (burst + dp·arrivals·L), as in
+    batch_wait, and each rank prefills (burst + dp·arrivals·L) / dp prompts in the same step as the others.
+    `applies`: where prompts are held at all (attention DP on, other requests decoding: DpBalance)."""
+    if balance is None or not balance.holds:
+        return np.zeros_like(burst), burst
+    rate = np.maximum(arrivals, 1e-30)
+    synced = harmonic(dp - 1.0) / rate
+    steps = np.where(synced < balance.timeout_iters, synced + balance.batching_wait_iters, balance.timeout_iters)
+    steps = np.where(applies, steps, 0.0)
+    joining = dp * arrivals * steps
+    held = (burst * steps + joining * steps / 2.0) / (burst + joining)
+    return held, np.where(applies, (burst + joining) / dp, burst)
+
+
 def prefill_steps(prompt: np.ndarray, budget: np.ndarray, chunked: bool) -> np.ndarray:
     """Steps one prompt's prefill takes: ⌈P / budget⌉ when the engine chunks, else one."""
     return np.ceil(prompt / np.maximum(budget, 1.0)) if chunked else np.ones_like(prompt)
@@ -127,7 +157,12 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
     decode_batch = capped * decode_steps
     held, burst = batch_wait(eng.batch_wait, burst, capped, decode_batch * spec, prompt, chunk,
                              (sm.lay.dp == 1) & (running > 1))
-    tokens = np.minimum(budget, prompt * np.maximum(burst, capped))
+    balanced = (sm.lay.dp > 1) & (running > 1) & (eng.dp_balance is not None)
+    balance_held, burst = dp_balance(eng.dp_balance, burst, capped, sm.lay.dp, balanced)
+    held = held + balance_held
+    # A rank prefills at least one whole prompt in a step that carries any (a balanced release that timed out
+    # before every rank had one leaves some ranks fewer than one on average).
+    tokens = np.minimum(budget, prompt * np.maximum(np.maximum(burst, capped), np.where(balanced, 1.0, 0.0)))
     share = np.minimum(1.0, capped * prompt / tokens)
     # The prefill a decoding sequence waits for is that of the other requests: its own prompt, and those of its
     # burst prefilled before it ((burst − 1)/2 on average), are done before its first token (in TTFT).
@@ -138,6 +173,11 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
     idle = (1.0 - share) ** np.maximum(sync - 1.0, 0.0)
     step_share = 1.0 - (1.0 - share) * idle
     span_share = 1.0 - (1.0 - share * others) * idle
+    # Balanced ranks prefill in the same steps: a release every (burst per rank) / arrivals steps on average, and
+    # more than one step where a rank's release outgrows the budget.
+    aligned = np.maximum(share, np.minimum(1.0, capped / np.maximum(burst, 1e-30)))
+    step_share = np.where(balanced, aligned, step_share)
+    span_share = np.where(balanced, aligned * others, span_share)
     # A request's prompt is done after its own chunks, or, in a burst larger than one step holds, after the
     # steps before it in the burst: (steps of the burst + 1) / 2 on average.
     own_steps = np.maximum(n_p, (burst * prompt / tokens + 1.0) / 2.0)

@@ -25,7 +25,7 @@ from parplan._input import read_text
 from parplan.errors import ConfigError, ParplanError
 from parplan.names import KV_DTYPES
 from parplan.serving.engines import load_engine
-from parplan.serving.spec import BatchWait, Deployment, Pool, Precision, Workload, check_memory_fraction
+from parplan.serving.spec import BatchWait, Deployment, DpBalance, Pool, Precision, Workload, check_memory_fraction
 
 SYSTEMS = {
     "h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200-nvl72",
@@ -69,12 +69,14 @@ takes mixed_with_decode_tokens) and the smaller budget, SGLang's refitted TTFT e
 speculative decoding, which the rows do not record), so they keep SGLang's defaults."""
 
 LAUNCH_COLUMNS = ("kv_cache_dtype", "chunk_tokens", "memory_fraction", "overlap_scheduler", "batch_wait_iters",
-                  "batch_wait_ratio", "max_running")
+                  "batch_wait_ratio", "dp_balance_timeout_iters", "dp_balance_wait_iters", "max_running")
 """Optional columns: the settings a row's engine was launched with, where the file knows them (aiconfigurator's
 export carries none). A filled cell replaces what the reader otherwise assumes for the row: the engine's default
 KV-cache format for the weights (`auto` keeps it), the token budget of MEASURED_BUDGET_SPARE, the engine's memory
 fraction (Deployment.memory_fraction), MEASURED_OVERLAP (true / false), no batch waiting (BatchWait: both
-columns, TensorRT-LLM's batch_wait_timeout_iters and batch_wait_max_tokens_ratio), and the engine's cap on running
+columns, TensorRT-LLM's batch_wait_timeout_iters and batch_wait_max_tokens_ratio), no attention-DP balance
+(DpBalance: TensorRT-LLM's attention_dp_config with enable_balance, its timeout_iters and batching_wait_iters, the
+latter 0 when empty), and the engine's cap on running
 requests (max_running: per attention rank of an aggregated worker, Pool.batch; vLLM --max-num-seqs, SGLang
 --max-running-requests over its dp ranks, TensorRT-LLM max_batch_size)."""
 
@@ -216,15 +218,19 @@ def _launch(row: _Row) -> dict[str, Any]:
     if (iters is None) != (ratio is None):
         raise row.error("batch_wait_iters" if iters is None else "batch_wait_ratio",
                         "batch waiting needs both batch_wait_iters and batch_wait_ratio")
+    timeout, gather = row.int("dp_balance_timeout_iters"), row.int("dp_balance_wait_iters")
+    if timeout is None and gather is not None:
+        raise row.error("dp_balance_timeout_iters", "attention-DP balance needs dp_balance_timeout_iters")
     fraction = row.finite("memory_fraction")
     try:  # the ranges are the deployment's own rules, named here with the row
         check_memory_fraction(fraction)
         wait = None if iters is None or ratio is None else BatchWait(iters=iters, ratio=ratio)
+        balance = None if timeout is None else DpBalance(timeout_iters=timeout, batching_wait_iters=gather or 0)
     except ConfigError as e:
         raise row.error(e.field or "", e.rule) from None
     return {"kv_cache_dtype": None if kv in ("", "auto") else kv, "chunk_tokens": row.int("chunk_tokens", minimum=1),
             "memory_fraction": fraction, "overlap_scheduler": row.flag("overlap_scheduler"),
-            "batch_wait": wait, "max_running": row.int("max_running", minimum=1)}
+            "batch_wait": wait, "dp_balance": balance, "max_running": row.int("max_running", minimum=1)}
 
 
 def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
@@ -275,7 +281,7 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, pool=pool,
                                         chunk_tokens=launch["chunk_tokens"] or _measured_budget(row, engine, isl),
                                         overlap_scheduler=overlap, memory_fraction=launch["memory_fraction"],
-                                        batch_wait=launch["batch_wait"])
+                                        batch_wait=launch["batch_wait"], dp_balance=launch["dp_balance"])
                 concurrency = _concurrency(row)
             else:
                 if launch["max_running"] is not None:
@@ -289,7 +295,8 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
                 decode = _pool(row, "decode_", moe=model.moe is not None, workers=True)
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, prefill=prefill,
                                         decode=decode, chunk_tokens=launch["chunk_tokens"], overlap_scheduler=overlap,
-                                        memory_fraction=launch["memory_fraction"], batch_wait=launch["batch_wait"])
+                                        memory_fraction=launch["memory_fraction"], batch_wait=launch["batch_wait"],
+                                        dp_balance=launch["dp_balance"])
                 concurrency = _concurrency(row)
             if concurrency is None:
                 raise ParplanError("the concurrency it was measured at is not recorded (silicon_concurrency=N in "

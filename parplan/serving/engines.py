@@ -16,7 +16,7 @@ from parplan._resources import data_dir
 from parplan.errors import ConfigError, InvalidStrategyError, UnknownPresetError
 from parplan.hardware.spec import GPUSpec
 from parplan.names import A2A_BACKENDS, ENGINES
-from parplan.serving.spec import BatchWait, Pool
+from parplan.serving.spec import BatchWait, DpBalance, Pool
 
 if TYPE_CHECKING:
     from parplan.serving.spec import Deployment
@@ -95,6 +95,9 @@ class Engine:
     overlap scheduler), so an eager step takes the longer of its launches and its GPU work, not their sum."""
     batch_waiting: bool
     """Whether the engine can hold new prompts back to batch them (TensorRT-LLM's batch waiting, BatchWait)."""
+    dp_balancing: bool
+    """Whether the engine can hold new prompts until every attention-DP rank has one (TensorRT-LLM's
+    attention-DP balance, DpBalance)."""
     a2a: str
     """MoE token exchange under attention DP by default."""
     deepep: bool
@@ -109,15 +112,19 @@ class Engine:
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     batch_wait: BatchWait | None = None
     """The batch waiting a deployment launches it with (configured); None = off."""
+    dp_balance: DpBalance | None = None
+    """The attention-DP balance a deployment launches it with (configured); None = off."""
 
     def launched(self, deployment: Deployment) -> Engine:
         """The engine with a deployment's launch settings (configured)."""
-        return self.configured(deployment.overlap_scheduler, deployment.memory_fraction, deployment.batch_wait)
+        return self.configured(deployment.overlap_scheduler, deployment.memory_fraction, deployment.batch_wait,
+                               deployment.dp_balance)
 
     def configured(self, overlap_scheduler: bool | None, memory_fraction: float | None = None,
-                   batch_wait: BatchWait | None = None) -> Engine:
+                   batch_wait: BatchWait | None = None, dp_balance: DpBalance | None = None) -> Engine:
         """The engine as a deployment launches it (None: the default): its overlap scheduler switched, the share
-        of GPU memory its KV cache is sized from, and its batch waiting. A fraction is of the memory free after
+        of GPU memory its KV cache is sized from, its batch waiting and its attention-DP balance. A fraction is of
+        the memory free after
         the weights where the engine sizes it so (TensorRT-LLM free_gpu_memory_fraction), else of the whole GPU:
         vLLM's --gpu-memory-utilization, and SGLang's --mem-fraction-static, which replaces its reserve rule
         (python/sglang/srt/server_args.py computes mem_fraction_static from the reserve only when not given)."""
@@ -129,6 +136,8 @@ class Engine:
             out = dataclasses.replace(out, memory=mode, memory_fraction=memory_fraction)
         if batch_wait is not None and batch_wait.holds:
             out = dataclasses.replace(out, batch_wait=batch_wait)
+        if dp_balance is not None and dp_balance.holds:
+            out = dataclasses.replace(out, dp_balance=dp_balance)
         return out
 
     def default_kv_dtype(self, weights: str) -> str:
@@ -204,6 +213,7 @@ class _EngineFields:
     eager_prefill: bool
     overlap_scheduler: bool
     batch_waiting: bool
+    dp_balancing: bool
     a2a: str
     deepep: bool
     moe_layout: str

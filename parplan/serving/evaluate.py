@@ -263,6 +263,9 @@ def _deployment_dict(d: Deployment) -> dict[str, Any]:
                            "overlap_scheduler": d.overlap_scheduler, "memory_fraction": d.memory_fraction,
                            "batch_wait": None if d.batch_wait is None else {"iters": d.batch_wait.iters,
                                                                              "ratio": d.batch_wait.ratio},
+                           "dp_balance": None if d.dp_balance is None else {
+                               "timeout_iters": d.dp_balance.timeout_iters,
+                               "batching_wait_iters": d.dp_balance.batching_wait_iters},
                            "precision": {"gemm": d.precision.gemm, "moe": d.precision.moe,
                                          "kv_cache": d.precision.kv_cache}}
     for role in ("pool", "prefill", "decode"):

@@ -220,6 +220,34 @@ class BatchWait:
         return self.iters > 0 and self.ratio > 0.0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DpBalance:
+    """TensorRT-LLM's attention-DP balance (llm_args AttentionDpConfig: enable_balance, off by default;
+    timeout_iters, batching_wait_iters): under attention DP, new prompts are held on every rank until every rank
+    has one, so that all ranks prefill in the same step instead of one rank's prefill stalling the others'
+    decoding, or until `timeout_iters` iterations have passed; once every rank has one and all are decoding, they
+    wait `batching_wait_iters` more iterations to gather more (tensorrt_llm/_torch/pyexecutor/py_executor.py
+    _balance_adp_requests; NVIDIA blog "ADP Balance Strategy", tech_blog10). A timeout of 0 holds nothing (the
+    test `count >= timeout_iters` passes at once); nor does it hold anything without attention DP, or in a
+    disaggregated deployment, whose prefill workers run no generation requests."""
+
+    timeout_iters: int
+    """Most iterations the prompts are held while some rank has none (timeout_iters)."""
+    batching_wait_iters: int = 0
+    """Iterations every rank then waits to gather more prompts (batching_wait_iters)."""
+
+    def __post_init__(self) -> None:
+        # Named as the CSV columns and the command-line options name them.
+        for value, name in ((self.timeout_iters, "dp_balance_timeout_iters"),
+                            (self.batching_wait_iters, "dp_balance_wait_iters")):
+            if not 0 <= value <= MAX_BATCH_WAIT_ITERS:
+                raise ConfigError(f"must lie in 0..{MAX_BATCH_WAIT_ITERS:,}, got {value:,}", field=name)
+
+    @property
+    def holds(self) -> bool:
+        return self.timeout_iters > 0
+
+
 def check_memory_fraction(value: float | None) -> None:
     """A memory fraction (Deployment.memory_fraction) in (0, 1], or None; else a ConfigError."""
     if value is not None and not (math.isfinite(value) and 0.0 < value <= 1.0):
@@ -251,6 +279,8 @@ class Deployment:
     free), in (0, 1]; None = the engine's default."""
     batch_wait: BatchWait | None = None
     """TensorRT-LLM's batch waiting (BatchWait); None = off, its default."""
+    dp_balance: DpBalance | None = None
+    """TensorRT-LLM's attention-DP balance (DpBalance); None = off, its default."""
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -330,6 +360,10 @@ def check_deployment(model: ModelSpec, cluster: ClusterSpec, deployment: Deploym
             and not engine.batch_waiting:
         raise InvalidStrategyError(f"{engine.label} has no batch waiting (TensorRT-LLM's batch_wait_timeout_iters "
                                    "and batch_wait_max_tokens_ratio)")
+    if engine is not None and deployment.dp_balance is not None and deployment.dp_balance.holds \
+            and not engine.dp_balancing:
+        raise InvalidStrategyError(f"{engine.label} has no attention-DP balance (TensorRT-LLM's attention_dp_config "
+                                   "enable_balance)")
     if workload.isl + workload.osl > model.max_position:
         raise ConfigError(f"isl + osl = {workload.isl + workload.osl} exceeds the model's context of "
                           f"{model.max_position} tokens", field="isl")
