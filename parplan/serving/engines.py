@@ -81,6 +81,10 @@ class Engine:
     quantized_kv: bool
     """Whether the KV cache is fp8 by default when the weights are fp8 or fp4 (TensorRT-LLM takes
     kv_cache_quant_algo from ModelOpt checkpoints), else it keeps the model's 16-bit type."""
+    kv_dequant: bool
+    """Whether its decode attention converts an 8-bit KV cache to 16 bits as it loads it, at a cost that leaves
+    the kernel as slow as with a 16-bit cache (the cache still holds twice the tokens), rather than reading it
+    natively."""
     memory: str
     """How the KV cache is sized (MEMORY_MODES)."""
     memory_fraction: float
@@ -206,6 +210,7 @@ class _EngineFields:
     kv_on_demand: bool
     kv_block_tokens: int
     quantized_kv: bool
+    kv_dequant: bool
     memory: str
     memory_fraction: float
     reserve_gib: float

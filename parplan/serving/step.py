@@ -160,17 +160,20 @@ class StepModel:
         tp = self.lay.tp
         heads = a.heads / tp
         kvb = kv_dtype_bytes(self.precision.kv_cache)
+        # Where the engine dequantises an 8-bit cache as it loads it, the conversion, not the halved bytes, sets
+        # the pace: decode attention takes what a 16-bit cache takes (Engine.kv_dequant).
+        read = max(kvb, ACT_BYTES) if self.engine.kv_dequant else kvb
         peak = gpu.peak_tflops["bf16"] * 1e12
         keys = self._decode_keys(ctx, window)
         queries = n_dec * spec
         if a.mla is not None:
             lat = a.mla.kv_lora_rank + a.mla.qk_rope_head_dim
-            kv_bytes = n_dec * keys * lat * kvb
+            kv_bytes = n_dec * keys * lat * read
             # absorbed MLA: q·[latent, rope]ᵀ over lat dims, then P·latent over kv_lora dims, for every head
             dec_flops = 2.0 * queries * keys * heads * (lat + a.mla.kv_lora_rank)
         else:
             kv_heads = np.maximum(a.kv_heads / tp, 1.0)
-            kv_bytes = n_dec * keys * 2 * kv_heads * a.head_dim * kvb
+            kv_bytes = n_dec * keys * 2 * kv_heads * a.head_dim * read
             dec_flops = attention_forward_flops(1, heads, queries, keys, a.head_dim, a.head_dim)
         if a.indexer is not None:
             ix = a.indexer
