@@ -147,9 +147,11 @@ def test_launch_columns_reach_the_deployment():
     budget max_batch_size + ISL + 1500 = 16 + 1024 + 1500 = 2,540 tokens, the engine's memory fraction."""
     from parplan.serving.cases import read_measured_csv
 
-    text = HEADER + LAUNCH + "\n" + ROW + ",,,,,,,,,\n" + ROW.replace("r1,", "r2,").replace(",vllm,", ",trtllm,") \
-        + ",fp8,8192,0.95,true,20,0.9,60,,128\n"
-    plain, launched = (c.deployment for c in read_measured_csv("rows.csv", text))
+    text = HEADER + LAUNCH + "\n" + ROW + ",,,,,,,,,,,\n" + ROW.replace("r1,", "r2,").replace(",vllm,", ",trtllm,") \
+        + ",fp8,8192,0.95,true,20,0.9,60,,128,3,0.7\n"
+    cases = read_measured_csv("rows.csv", text)
+    plain, launched = (c.deployment for c in cases)
+    assert (cases[0].workload.mtp, cases[1].workload.mtp, cases[1].workload.acceptance) == (0, 3, 0.7)
     assert (plain.precision.kv_cache, plain.chunk_tokens, plain.memory_fraction) == ("bf16", 2540, None)
     assert plain.overlap_scheduler is None and plain.batch_wait is None and plain.pool.batch is None
     assert plain.dp_balance is None
@@ -161,17 +163,19 @@ def test_launch_columns_reach_the_deployment():
 
 
 @pytest.mark.parametrize(("cells", "message"), [
-    (",fp6,,,,,,,,", "field 'kv_cache_dtype': row 1: unknown value 'fp6'"),
-    (",,0,,,,,,,", "field 'chunk_tokens': row 1: must be >= 1"),
-    (",,,1.5,,,,,,", "field 'memory_fraction': row 1: must lie in (0, 1]"),
-    (",,,,yes,,,,,", "field 'overlap_scheduler': row 1: expected true or false"),
-    (",,,,,20,,,,", "field 'batch_wait_ratio': row 1: batch waiting needs both"),
-    (",,,,,20,x,,,", "field 'batch_wait_ratio': row 1: expected a number"),
-    (",,,,,20,2,,,", "field 'batch_wait_ratio': row 1: must lie in [0, 1]"),
-    (",,,,,,,,5,", "field 'dp_balance_timeout_iters': row 1: attention-DP balance needs dp_balance_timeout_iters"),
-    (",,,,,,,99999,,", "field 'dp_balance_timeout_iters': row 1: must lie in 0..10,000"),
-    (",,,,,,,60,x,", "field 'dp_balance_wait_iters': row 1: expected an integer"),
-    (",,,,,,,,,0", "field 'max_running': row 1: must be >= 1"),
+    (",fp6,,,,,,,,,,", "field 'kv_cache_dtype': row 1: unknown value 'fp6'"),
+    (",,0,,,,,,,,,", "field 'chunk_tokens': row 1: must be >= 1"),
+    (",,,1.5,,,,,,,,", "field 'memory_fraction': row 1: must lie in (0, 1]"),
+    (",,,,yes,,,,,,,", "field 'overlap_scheduler': row 1: expected true or false"),
+    (",,,,,20,,,,,,", "field 'batch_wait_ratio': row 1: batch waiting needs both"),
+    (",,,,,20,x,,,,,", "field 'batch_wait_ratio': row 1: expected a number"),
+    (",,,,,20,2,,,,,", "field 'batch_wait_ratio': row 1: must lie in [0, 1]"),
+    (",,,,,,,,5,,,", "field 'dp_balance_timeout_iters': row 1: attention-DP balance needs dp_balance_timeout_iters"),
+    (",,,,,,,99999,,,,", "field 'dp_balance_timeout_iters': row 1: must lie in 0..10,000"),
+    (",,,,,,,60,x,,,", "field 'dp_balance_wait_iters': row 1: expected an integer"),
+    (",,,,,,,,,0,,", "field 'max_running': row 1: must be >= 1"),
+    (",,,,,,,,,,3,1.5", "field 'mtp_acceptance': row 1: must lie in [0, 1)"),
+    (",,,,,,,,,,999,0.5", "field 'mtp': row 1: must lie in 0..64"),
 ])
 def test_malformed_launch_cells(run_cli, tmp_path, cells, message):
     code, _, err = run_cli("validate", "--serving", _write(tmp_path, HEADER + LAUNCH + "\n" + ROW + cells + "\n"))
@@ -185,6 +189,13 @@ def test_unmodellable_rows_are_refused_with_a_reason(run_json, tmp_path):
     out = run_json("validate", "--serving", _write(tmp_path, HEADER + "\n" + "\n".join(rows) + "\n"))
     errors = [r["error"] for r in out["rows"]]
     assert "no cluster preset" in errors[0] and "must divide the 64 attention heads" in errors[1]
+
+
+def test_a_row_that_drafted_without_its_acceptance_is_refused(run_json, tmp_path):
+    """Speculative decoding's TPOT follows its acceptance rate (Workload.tokens_per_step): a row that records the
+    drafts but not the acceptance cannot be predicted, and says so."""
+    out = run_json("validate", "--serving", _write(tmp_path, HEADER + LAUNCH + "\n" + ROW + ",,,,,,,,,,3,\n"))
+    assert "speculative decoding (3 tokens drafted a step)" in out["rows"][0]["error"]
 
 
 def test_validate_file_without_serving_is_a_usage_error(run_cli, tmp_path):

@@ -69,14 +69,17 @@ takes mixed_with_decode_tokens) and the smaller budget, SGLang's refitted TTFT e
 speculative decoding, which the rows do not record), so they keep SGLang's defaults."""
 
 LAUNCH_COLUMNS = ("kv_cache_dtype", "chunk_tokens", "memory_fraction", "overlap_scheduler", "batch_wait_iters",
-                  "batch_wait_ratio", "dp_balance_timeout_iters", "dp_balance_wait_iters", "max_running")
+                  "batch_wait_ratio", "dp_balance_timeout_iters", "dp_balance_wait_iters", "max_running", "mtp",
+                  "mtp_acceptance")
 """Optional columns: the settings a row's engine was launched with, where the file knows them (aiconfigurator's
 export carries none). A filled cell replaces what the reader otherwise assumes for the row: the engine's default
 KV-cache format for the weights (`auto` keeps it), the token budget of MEASURED_BUDGET_SPARE, the engine's memory
 fraction (Deployment.memory_fraction), MEASURED_OVERLAP (true / false), no batch waiting (BatchWait: both
 columns, TensorRT-LLM's batch_wait_timeout_iters and batch_wait_max_tokens_ratio), no attention-DP balance
 (DpBalance: TensorRT-LLM's attention_dp_config with enable_balance, its timeout_iters and batching_wait_iters, the
-latter 0 when empty), and the engine's cap on running
+latter 0 when empty), speculative decoding (mtp: tokens drafted a step, with mtp_acceptance the chance each
+is accepted, Workload.mtp and acceptance; a row that drafted without a recorded acceptance is refused, since the
+acceptance sets its TPOT), and the engine's cap on running
 requests (max_running: per attention rank of an aggregated worker, Pool.batch; vLLM --max-num-seqs, SGLang
 --max-running-requests over its dp ranks, TensorRT-LLM max_batch_size)."""
 
@@ -230,7 +233,8 @@ def _launch(row: _Row) -> dict[str, Any]:
         raise row.error(e.field or "", e.rule) from None
     return {"kv_cache_dtype": None if kv in ("", "auto") else kv, "chunk_tokens": row.int("chunk_tokens", minimum=1),
             "memory_fraction": fraction, "overlap_scheduler": row.flag("overlap_scheduler"),
-            "batch_wait": wait, "dp_balance": balance, "max_running": row.int("max_running", minimum=1)}
+            "batch_wait": wait, "dp_balance": balance, "max_running": row.int("max_running", minimum=1),
+            "mtp": row.int("mtp") or 0, "acceptance": row.finite("mtp_acceptance")}
 
 
 def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
@@ -301,7 +305,17 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
             if concurrency is None:
                 raise ParplanError("the concurrency it was measured at is not recorded (silicon_concurrency=N in "
                                    "silicon_data_source): TTFT depends on it")
-            workload = Workload(isl=isl, osl=osl, concurrency=concurrency)
+            if launch["mtp"] and launch["acceptance"] is None:
+                drafts = f"{launch['mtp']} token{'s' if launch['mtp'] > 1 else ''} drafted a step"
+                raise ParplanError(f"ran with speculative decoding ({drafts}) at an acceptance rate it does not "
+                                   "record (mtp_acceptance), which sets its TPOT")
+            try:  # the ranges are the workload's own rules, named here with the row
+                workload = Workload(isl=isl, osl=osl, concurrency=concurrency, mtp=launch["mtp"],
+                                    acceptance=launch["acceptance"] or 0.0)
+            except ConfigError as e:
+                if e.field not in ("mtp", "acceptance"):
+                    raise
+                raise row.error("mtp" if e.field == "mtp" else "mtp_acceptance", e.rule) from None
             cases.append(Case(deployment=deployment, workload=workload, **base))
         except ConfigError as e:
             if e.file:  # the file itself is malformed
