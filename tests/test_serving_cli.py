@@ -176,6 +176,7 @@ def test_launch_columns_reach_the_deployment():
     (",,,,,,,,,0,,", "field 'max_running': row 1: must be >= 1"),
     (",,,,,,,,,,3,1.5", "field 'mtp_acceptance': row 1: must lie in [0, 1)"),
     (",,,,,,,,,,999,0.5", "field 'mtp': row 1: must lie in 0..64"),
+    (",,,,,,,,,,,0.7", "field 'mtp': row 1: an acceptance rate (mtp_acceptance) needs the tokens drafted a step"),
 ])
 def test_malformed_launch_cells(run_cli, tmp_path, cells, message):
     code, _, err = run_cli("validate", "--serving", _write(tmp_path, HEADER + LAUNCH + "\n" + ROW + cells + "\n"))

@@ -224,6 +224,9 @@ def _launch(row: _Row) -> dict[str, Any]:
     timeout, gather = row.int("dp_balance_timeout_iters"), row.int("dp_balance_wait_iters")
     if timeout is None and gather is not None:
         raise row.error("dp_balance_timeout_iters", "attention-DP balance needs dp_balance_timeout_iters")
+    mtp, acceptance = row.int("mtp") or 0, row.finite("mtp_acceptance")
+    if acceptance is not None and not mtp:
+        raise row.error("mtp", "an acceptance rate (mtp_acceptance) needs the tokens drafted a step")
     fraction = row.finite("memory_fraction")
     try:  # the ranges are the deployment's own rules, named here with the row
         check_memory_fraction(fraction)
@@ -234,7 +237,7 @@ def _launch(row: _Row) -> dict[str, Any]:
     return {"kv_cache_dtype": None if kv in ("", "auto") else kv, "chunk_tokens": row.int("chunk_tokens", minimum=1),
             "memory_fraction": fraction, "overlap_scheduler": row.flag("overlap_scheduler"),
             "batch_wait": wait, "dp_balance": balance, "max_running": row.int("max_running", minimum=1),
-            "mtp": row.int("mtp") or 0, "acceptance": row.finite("mtp_acceptance")}
+            "mtp": mtp, "acceptance": acceptance}
 
 
 def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:

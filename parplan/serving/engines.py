@@ -128,8 +128,8 @@ class Engine:
                    batch_wait: BatchWait | None = None, dp_balance: DpBalance | None = None) -> Engine:
         """The engine as a deployment launches it (None: the default): its overlap scheduler switched, the share
         of GPU memory its KV cache is sized from, its batch waiting and its attention-DP balance. A fraction is of
-        the memory free after
-        the weights where the engine sizes it so (TensorRT-LLM free_gpu_memory_fraction), else of the whole GPU:
+        the memory free after the weights where the engine sizes it so (TensorRT-LLM free_gpu_memory_fraction),
+        else of the whole GPU:
         vLLM's --gpu-memory-utilization, and SGLang's --mem-fraction-static, which replaces its reserve rule
         (python/sglang/srt/server_args.py computes mem_fraction_static from the reserve only when not given)."""
         out = self
