@@ -453,7 +453,8 @@ def show_plan(result: Any) -> None:
                           highlight=False)
     console.print(_candidates_table(
         f"{result.model} on {result.chosen.gpus}× {result.cluster}, {result.engine}, ISL {w.isl:,} / OSL {w.osl:,}"
-        f"{load}{'; ' + targets if targets else ''}: best deployments", res.best))
+        f"{load}{'; ' + targets if targets else ''}: best deployments (meeting the targets first, then most output "
+        "tokens/s per GPU, then fewest GPUs)", res.best))
     for mode, c in res.best_per_mode.items():
         console.print(f"best {mode}: {_layout(c)}, {c.tokens_per_s_per_gpu:,.0f} tok/s/GPU, "
                       f"TTFT {c.ttft_ms:,.0f} ms, TPOT {c.tpot_ms:,.1f} ms", highlight=False)
