@@ -1137,5 +1137,5 @@ def plan_or_raise(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int,
     raise NoFeasiblePlanError(
         f"no layout of {model.name} fits in {cap:.1f} GiB per GPU on {cluster.gpus}× {cluster.name}: the least any "
         f"of the {result.evaluated:,} valid layouts needs is {need:.1f} GiB "
-        f"({result.least_memory.strategy.as_dict(cluster.gpus)}). " + advice
+        f"({result.least_memory.strategy.describe(cluster.gpus)}). " + advice
         + (f" ({', '.join(idle)} would not lower it)" if idle else "") + ".")
