@@ -333,6 +333,23 @@ def test_an_fp8_kv_cache_speeds_decode_attention_where_read_natively(engine):
         assert 0.5 * attention["bf16"] < attention["fp8"] < 0.7 * attention["bf16"]
 
 
+def test_a_larger_cuda_graph_capture_launches_only_the_attention_cores():
+    """vLLM captures piecewise CUDA graphs for steps of up to --max-cudagraph-capture-size tokens (512 by default):
+    a 1,024-token prompt beside 3 decode tokens runs every kernel eagerly, but with the InferenceX gpt-oss recipes'
+    2,048 only the 80 attention cores of Llama 3.1 70B launch between graphs. By hand, the step's host time is the
+    engine's step time plus 80 launches."""
+    knobs = load_engine("vllm").knobs
+    host = {}
+    for capture in (None, 2048):
+        dep = Deployment(engine="vllm", precision=Precision.parse("fp8"), pool=Pool(tp=8), cuda_graph_max_batch=capture)
+        host[capture] = serve_evaluate(LLAMA70, "h100", dep, Workload(isl=1024, osl=1024, concurrency=4)).steps[
+            "mixed"]["host"]
+    assert host[2048] == pytest.approx(knobs.decode_step_ms * 1e-3 + 80 * knobs.launch_us * 1e-6, rel=1e-9)
+    assert host[None] > 10 * host[2048]
+    with pytest.raises(ConfigError, match="cuda_graph_max_batch"):
+        Deployment(engine="vllm", precision=Precision(), pool=Pool(), cuda_graph_max_batch=0)
+
+
 def test_dp_balance_hold_by_hand():
     """TensorRT-LLM's attention-DP balance holds prompts until every rank has one (py_executor.py
     _balance_adp_requests). With a prompts per step arriving at each of dp ranks, the last of the other dp − 1
@@ -454,16 +471,18 @@ def test_published_run_keeps_its_token_budget():
 
 def test_measured_rows_keep_aiconfigurator_token_budget():
     """aiconfigurator's generator gives an aggregated vLLM or TensorRT-LLM worker max_num_tokens = max_batch_size
-    + ISL + 1500 (rule_plugin/vllm.rule, trtllm.rule): the gpt-oss row measured at batch 32, ISL 1,024 runs with
-    32 + 1,024 + 1,500 = 2,556 tokens a step; SGLang's rule leaves chunked_prefill_size at its default. A row whose
+    + ISL + 1500 (rule_plugin/vllm.rule, trtllm.rule): the Llama 3.1 8B FP8 row of its gap analysis measured at
+    batch 112, ISL 1,000 runs with 112 + 1,000 + 1,500 = 2,612 tokens a step; SGLang's rule leaves
+    chunked_prefill_size at its default. A row whose
     public launch script states its budget keeps that instead: InferenceX's dsr1_fp4_b200 SGLang script passes
     --chunked-prefill-size 16384 (data/serving/SOURCES.md, rule 3)."""
     from parplan.serving.cases import read_measured_csv
     from parplan.serving.validate import shipped_files
 
     cases = {c.id: c for c in read_measured_csv(shipped_files()[0])}
-    row = cases["2026_03_25_gpt_oss_120b_b200_sxm_vllm_fp4_agg_1024x1024_c32_tp2_0_ep1_0_622"]
-    assert row.deployment.chunk_tokens == 2556
+    row = cases["nvidia_llama_3_1_8b_instruct_fp8_nvidia_llama_3_1_8b_instruct_fp8_h200_sxm_vllm_agg_1000x100_c112_tp1"
+                "_epnone_1"]
+    assert row.deployment.chunk_tokens == 2612
     sglang = cases["meta_llama_llama_3_1_8b_instruct_meta_llama_llama_3_1_8b_instruct_h200_sxm_sglang_agg_1000x1000"
                    "_c352_tp1_epnone_9"]
     assert sglang.deployment.chunk_tokens is None

@@ -55,6 +55,8 @@ def test_serve_explain_disaggregated_and_text(run_cli):
       "--dp-balance-timeout-iters", "60", "--dp-balance-wait-iters", "2"),
      "attention-DP balance: prompts held up to 60 steps until every rank has one, then 2 more",
      {"dp_balance": {"timeout_iters": 60, "batching_wait_iters": 2}}),
+    (("-m", "meta-llama/Llama-3.1-70B", "--tp", "8", "--concurrency", "4", "--cuda-graph-max-batch", "2048"),
+     "CUDA graphs up to 2,048", {"cuda_graph_max_batch": 2048}),
 ])
 def test_serve_explain_states_the_launch_settings(run_cli, run_json, args, words, fields):
     args = ("serve", "explain", "-c", "h200", "--engine", "trtllm", "--precision", "fp8", *args)
@@ -147,8 +149,8 @@ def test_launch_columns_reach_the_deployment():
     budget max_batch_size + ISL + 1500 = 16 + 1024 + 1500 = 2,540 tokens, the engine's memory fraction."""
     from parplan.serving.cases import read_measured_csv
 
-    text = HEADER + LAUNCH + "\n" + ROW + ",,,,,,,,,,,\n" + ROW.replace("r1,", "r2,").replace(",vllm,", ",trtllm,") \
-        + ",fp8,8192,0.95,true,20,0.9,60,,128,3,0.7\n"
+    text = HEADER + LAUNCH + "\n" + ROW + ",,,,,,,,,,,,\n" + ROW.replace("r1,", "r2,").replace(",vllm,", ",trtllm,") \
+        + ",fp8,8192,0.95,true,20,0.9,60,,128,3,0.7,2048\n"
     cases = read_measured_csv("rows.csv", text)
     plain, launched = (c.deployment for c in cases)
     assert (cases[0].workload.mtp, cases[1].workload.mtp, cases[1].workload.acceptance) == (0, 3, 0.7)
@@ -160,23 +162,25 @@ def test_launch_columns_reach_the_deployment():
     assert (launched.batch_wait.iters, launched.batch_wait.ratio) == (20, 0.9) and launched.pool.batch == 128
     # an empty batching_wait_iters beside a timeout reads as 0, as InferenceX's recipes set it
     assert (launched.dp_balance.timeout_iters, launched.dp_balance.batching_wait_iters) == (60, 0)
+    assert (plain.cuda_graph_max_batch, launched.cuda_graph_max_batch) == (None, 2048)
 
 
 @pytest.mark.parametrize(("cells", "message"), [
-    (",fp6,,,,,,,,,,", "field 'kv_cache_dtype': row 1: unknown value 'fp6'"),
-    (",,0,,,,,,,,,", "field 'chunk_tokens': row 1: must be >= 1"),
-    (",,,1.5,,,,,,,,", "field 'memory_fraction': row 1: must lie in (0, 1]"),
-    (",,,,yes,,,,,,,", "field 'overlap_scheduler': row 1: expected true or false"),
-    (",,,,,20,,,,,,", "field 'batch_wait_ratio': row 1: batch waiting needs both"),
-    (",,,,,20,x,,,,,", "field 'batch_wait_ratio': row 1: expected a number"),
-    (",,,,,20,2,,,,,", "field 'batch_wait_ratio': row 1: must lie in [0, 1]"),
-    (",,,,,,,,5,,,", "field 'dp_balance_timeout_iters': row 1: attention-DP balance needs dp_balance_timeout_iters"),
-    (",,,,,,,99999,,,,", "field 'dp_balance_timeout_iters': row 1: must lie in 0..10,000"),
-    (",,,,,,,60,x,,,", "field 'dp_balance_wait_iters': row 1: expected an integer"),
-    (",,,,,,,,,0,,", "field 'max_running': row 1: must be >= 1"),
-    (",,,,,,,,,,3,1.5", "field 'mtp_acceptance': row 1: must lie in [0, 1)"),
-    (",,,,,,,,,,999,0.5", "field 'mtp': row 1: must lie in 0..64"),
-    (",,,,,,,,,,,0.7", "field 'mtp': row 1: an acceptance rate (mtp_acceptance) needs the tokens drafted a step"),
+    (",fp6,,,,,,,,,,,", "field 'kv_cache_dtype': row 1: unknown value 'fp6'"),
+    (",,0,,,,,,,,,,", "field 'chunk_tokens': row 1: must be >= 1"),
+    (",,,1.5,,,,,,,,,", "field 'memory_fraction': row 1: must lie in (0, 1]"),
+    (",,,,yes,,,,,,,,", "field 'overlap_scheduler': row 1: expected true or false"),
+    (",,,,,20,,,,,,,", "field 'batch_wait_ratio': row 1: batch waiting needs both"),
+    (",,,,,20,x,,,,,,", "field 'batch_wait_ratio': row 1: expected a number"),
+    (",,,,,20,2,,,,,,", "field 'batch_wait_ratio': row 1: must lie in [0, 1]"),
+    (",,,,,,,,5,,,,", "field 'dp_balance_timeout_iters': row 1: attention-DP balance needs dp_balance_timeout_iters"),
+    (",,,,,,,99999,,,,,", "field 'dp_balance_timeout_iters': row 1: must lie in 0..10,000"),
+    (",,,,,,,60,x,,,,", "field 'dp_balance_wait_iters': row 1: expected an integer"),
+    (",,,,,,,,,0,,,", "field 'max_running': row 1: must be >= 1"),
+    (",,,,,,,,,,3,1.5,", "field 'mtp_acceptance': row 1: must lie in [0, 1)"),
+    (",,,,,,,,,,999,0.5,", "field 'mtp': row 1: must lie in 0..64"),
+    (",,,,,,,,,,,0.7,", "field 'mtp': row 1: an acceptance rate (mtp_acceptance) needs the tokens drafted a step"),
+    (",,,,,,,,,,,,0", "field 'cuda_graph_max_batch': row 1: must be >= 1"),
 ])
 def test_malformed_launch_cells(run_cli, tmp_path, cells, message):
     code, _, err = run_cli("validate", "--serving", _write(tmp_path, HEADER + LAUNCH + "\n" + ROW + cells + "\n"))
@@ -195,7 +199,7 @@ def test_unmodellable_rows_are_refused_with_a_reason(run_json, tmp_path):
 def test_a_row_that_drafted_without_its_acceptance_is_refused(run_json, tmp_path):
     """Speculative decoding's TPOT follows its acceptance rate (Workload.tokens_per_step): a row that records the
     drafts but not the acceptance cannot be predicted, and says so."""
-    out = run_json("validate", "--serving", _write(tmp_path, HEADER + LAUNCH + "\n" + ROW + ",,,,,,,,,,3,\n"))
+    out = run_json("validate", "--serving", _write(tmp_path, HEADER + LAUNCH + "\n" + ROW + ",,,,,,,,,,3,,\n"))
     assert "speculative decoding (3 tokens drafted a step)" in out["rows"][0]["error"]
 
 

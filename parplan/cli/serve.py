@@ -154,6 +154,11 @@ def explain(
         min=0, max=MAX_BATCH_WAIT_ITERS,
         help="TensorRT-LLM attention_dp_config batching_wait_iters: steps balanced ranks then wait to gather "
              "more prompts (with --dp-balance-timeout-iters).")] = 0,
+    cuda_graph_max_batch: Annotated[int | None, typer.Option(
+        min=1, max=MAX_SEQ,
+        help="Largest step replayed as a CUDA graph: vLLM --max-cudagraph-capture-size (a step's tokens), SGLang "
+             "--cuda-graph-max-bs, TensorRT-LLM cuda_graph_config max_batch_size (decode sequences). Default: "
+             "the engine's.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """TTFT, TPOT, throughput per GPU and per user, and memory per GPU of one serving deployment."""
@@ -185,10 +190,11 @@ def explain(
             deployment = Deployment(engine=engine, precision=prec, mode="disaggregated",
                                     prefill=parse_pool(prefill, "--prefill"), decode=parse_pool(decode, "--decode"),
                                     chunk_tokens=chunk_tokens, memory_fraction=memory_fraction, batch_wait=wait,
-                                    dp_balance=balance)
+                                    dp_balance=balance, cuda_graph_max_batch=cuda_graph_max_batch)
         else:
             deployment = Deployment(engine=engine, precision=prec, pool=pool, chunk_tokens=chunk_tokens,
-                                    memory_fraction=memory_fraction, batch_wait=wait, dp_balance=balance)
+                                    memory_fraction=memory_fraction, batch_wait=wait, dp_balance=balance,
+                                    cuda_graph_max_batch=cuda_graph_max_batch)
     with usage_errors(_OPTIONS):  # the workload against the model's context
         est = serve_evaluate(spec, cluster, deployment, workload)
     if json_out:
@@ -230,6 +236,8 @@ def _launch_settings(d: Any) -> str:
         parts.append(f"{d.chunk_tokens:,}-token budget")
     if d.memory_fraction is not None:
         parts.append(f"memory fraction {d.memory_fraction:g}")
+    if d.cuda_graph_max_batch is not None:
+        parts.append(f"CUDA graphs up to {d.cuda_graph_max_batch:,}")
     if d.overlap_scheduler is not None:
         parts.append(f"overlap scheduler {'on' if d.overlap_scheduler else 'off'}")
     if d.batch_wait is not None and d.batch_wait.holds:

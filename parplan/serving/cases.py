@@ -70,7 +70,7 @@ speculative decoding, which the rows do not record), so they keep SGLang's defau
 
 LAUNCH_COLUMNS = ("kv_cache_dtype", "chunk_tokens", "memory_fraction", "overlap_scheduler", "batch_wait_iters",
                   "batch_wait_ratio", "dp_balance_timeout_iters", "dp_balance_wait_iters", "max_running", "mtp",
-                  "mtp_acceptance")
+                  "mtp_acceptance", "cuda_graph_max_batch")
 """Optional columns: the settings a row's engine was launched with, where the file knows them (aiconfigurator's
 export carries none). A filled cell replaces what the reader otherwise assumes for the row: the engine's default
 KV-cache format for the weights (`auto` keeps it), the token budget of MEASURED_BUDGET_SPARE, the engine's memory
@@ -79,7 +79,8 @@ columns, TensorRT-LLM's batch_wait_timeout_iters and batch_wait_max_tokens_ratio
 (DpBalance: TensorRT-LLM's attention_dp_config with enable_balance, its timeout_iters and batching_wait_iters, the
 latter 0 when empty), speculative decoding (mtp: tokens drafted a step, with mtp_acceptance the chance each
 is accepted, Workload.mtp and acceptance; a row that drafted without a recorded acceptance is refused, since the
-acceptance sets its TPOT), and the engine's cap on running
+acceptance sets its TPOT), the largest step captured as a CUDA graph (Deployment.cuda_graph_max_batch), and the
+engine's cap on running
 requests (max_running: per attention rank of an aggregated worker, Pool.batch; vLLM --max-num-seqs, SGLang
 --max-running-requests over its dp ranks, TensorRT-LLM max_batch_size)."""
 
@@ -237,7 +238,7 @@ def _launch(row: _Row) -> dict[str, Any]:
     return {"kv_cache_dtype": None if kv in ("", "auto") else kv, "chunk_tokens": row.int("chunk_tokens", minimum=1),
             "memory_fraction": fraction, "overlap_scheduler": row.flag("overlap_scheduler"),
             "batch_wait": wait, "dp_balance": balance, "max_running": row.int("max_running", minimum=1),
-            "mtp": mtp, "acceptance": acceptance}
+            "mtp": mtp, "acceptance": acceptance, "cuda_graph_max_batch": row.int("cuda_graph_max_batch", minimum=1)}
 
 
 def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
@@ -288,7 +289,8 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, pool=pool,
                                         chunk_tokens=launch["chunk_tokens"] or _measured_budget(row, engine, isl),
                                         overlap_scheduler=overlap, memory_fraction=launch["memory_fraction"],
-                                        batch_wait=launch["batch_wait"], dp_balance=launch["dp_balance"])
+                                        batch_wait=launch["batch_wait"], dp_balance=launch["dp_balance"],
+                                        cuda_graph_max_batch=launch["cuda_graph_max_batch"])
                 concurrency = _concurrency(row)
             else:
                 if launch["max_running"] is not None:
@@ -303,7 +305,8 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, prefill=prefill,
                                         decode=decode, chunk_tokens=launch["chunk_tokens"], overlap_scheduler=overlap,
                                         memory_fraction=launch["memory_fraction"], batch_wait=launch["batch_wait"],
-                                        dp_balance=launch["dp_balance"])
+                                        dp_balance=launch["dp_balance"],
+                                        cuda_graph_max_batch=launch["cuda_graph_max_batch"])
                 concurrency = _concurrency(row)
             if concurrency is None:
                 raise ParplanError("the concurrency it was measured at is not recorded (silicon_concurrency=N in "

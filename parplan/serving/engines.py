@@ -122,12 +122,14 @@ class Engine:
     def launched(self, deployment: Deployment) -> Engine:
         """The engine with a deployment's launch settings (configured)."""
         return self.configured(deployment.overlap_scheduler, deployment.memory_fraction, deployment.batch_wait,
-                               deployment.dp_balance)
+                               deployment.dp_balance, deployment.cuda_graph_max_batch)
 
     def configured(self, overlap_scheduler: bool | None, memory_fraction: float | None = None,
-                   batch_wait: BatchWait | None = None, dp_balance: DpBalance | None = None) -> Engine:
+                   batch_wait: BatchWait | None = None, dp_balance: DpBalance | None = None,
+                   cuda_graph_max_batch: int | None = None) -> Engine:
         """The engine as a deployment launches it (None: the default): its overlap scheduler switched, the share
-        of GPU memory its KV cache is sized from, its batch waiting and its attention-DP balance. A fraction is of
+        of GPU memory its KV cache is sized from, its batch waiting, its attention-DP balance and the largest step
+        it captures as a CUDA graph. A fraction is of
         the memory free after the weights where the engine sizes it so (TensorRT-LLM free_gpu_memory_fraction),
         else of the whole GPU:
         vLLM's --gpu-memory-utilization, and SGLang's --mem-fraction-static, which replaces its reserve rule
@@ -142,6 +144,8 @@ class Engine:
             out = dataclasses.replace(out, batch_wait=batch_wait)
         if dp_balance is not None and dp_balance.holds:
             out = dataclasses.replace(out, dp_balance=dp_balance)
+        if cuda_graph_max_batch is not None:
+            out = dataclasses.replace(out, cuda_graph_max_batch=cuda_graph_max_batch)
         return out
 
     def default_kv_dtype(self, weights: str) -> str:

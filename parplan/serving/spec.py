@@ -281,6 +281,10 @@ class Deployment:
     """TensorRT-LLM's batch waiting (BatchWait); None = off, its default."""
     dp_balance: DpBalance | None = None
     """TensorRT-LLM's attention-DP balance (DpBalance); None = off, its default."""
+    cuda_graph_max_batch: int | None = None
+    """Largest step replayed as a CUDA graph: decode sequences (SGLang --cuda-graph-max-bs, TensorRT-LLM
+    cuda_graph_config max_batch_size) or a step's tokens (vLLM --max-cudagraph-capture-size); None = the
+    engine's default."""
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -293,6 +297,8 @@ class Deployment:
             raise ConfigError("a disaggregated deployment has a prefill and a decode pool", field="prefill")
         if self.chunk_tokens is not None and not 1 <= self.chunk_tokens <= MAX_SEQ:
             raise ConfigError(f"must lie in 1..{MAX_SEQ:,}", field="chunk_tokens")
+        if self.cuda_graph_max_batch is not None and not 1 <= self.cuda_graph_max_batch <= MAX_SEQ:
+            raise ConfigError(f"must lie in 1..{MAX_SEQ:,}", field="cuda_graph_max_batch")
         check_memory_fraction(self.memory_fraction)
 
     @property

@@ -46,7 +46,7 @@ def _group_key(case: Case) -> tuple:
     d = case.deployment
     assert d is not None
     return (case.model, case.cluster, d.engine, d.precision, d.mode, d.chunk_tokens, d.overlap_scheduler,
-            d.memory_fraction, d.batch_wait, d.dp_balance)
+            d.memory_fraction, d.batch_wait, d.dp_balance, d.cuda_graph_max_batch)
 
 
 @functools.lru_cache(maxsize=256)
