@@ -1,6 +1,7 @@
 """Fit the serving engines' global knobs to the shipped measured rows and report how well they generalise.
 
-    python benchmarks/serving_fit.py [--evaluations 150] [--logo model,system] [--logo-evaluations 40]
+    python benchmarks/serving_fit.py [--evaluations 150] [--engines vllm,sglang,trtllm] [--logo model,system]
+                                     [--logo-evaluations 40]
 
 Prints, per engine, the fitted knobs (the numbers data/serving/engines.yaml carries) with the fit's TPOT and
 TTFT median absolute percentage errors, then the leave-one-group-out errors: each model (or GPU system) held
@@ -21,12 +22,13 @@ from parplan.serving.validate import shipped_files
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--evaluations", type=int, default=150)
+    parser.add_argument("--engines", default=",".join(ENGINES), help="engines to fit (the others keep their knobs)")
     parser.add_argument("--logo", default="model,system", help="tags to hold out one value of at a time ('' = none)")
     parser.add_argument("--logo-evaluations", type=int, default=40)
     args = parser.parse_args()
     cases = read_measured_csv(shipped_files()[0])
     fits = {}
-    for name in ENGINES:
+    for name in filter(None, args.engines.split(",")):
         t0 = time.perf_counter()
         fit = fit_engine(cases, name, max_evaluations=args.evaluations)
         fits[name] = fit
