@@ -376,7 +376,7 @@ def _emit(result: Any, model_ref: str) -> str:
     best = result.best
     m = load_model(model_ref)
     cl = load_cluster(result.cluster, gpus=result.chosen.gpus)
-    eng = load_engine(result.engine).configured(None, result.memory_fraction)
+    eng = load_engine(result.engine).configured(memory_fraction=result.memory_fraction)
     path = model_ref if "/" in model_ref or model_ref.endswith((".json", ".yaml")) else "$MODEL"
     chunk = result.chunk_tokens or eng.default_chunk_tokens(cl.gpu)
     items = launches(m, cl, eng, best, result.workload, path, chunk)

@@ -76,21 +76,27 @@ def burst_size(burst: float, in_flight: np.ndarray, open_loop: bool = False) -> 
     return 1.0 + (0.0 if open_loop else burst) * np.maximum(np.asarray(in_flight, dtype=float) - 1.0, 0.0)
 
 
+def held_wait(burst: np.ndarray, arrivals: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean steps a prompt waits when a burst is held `steps` steps while `arrivals` prompts a step join it (the
+    burst waits L steps, a prompt joining j steps in waits L − j): (burst·L + arrivals·L²/2) / (burst + arrivals·L);
+    and the prompts then released together, burst + arrivals·L."""
+    joining = arrivals * steps
+    return (burst * steps + joining * steps / 2.0) / (burst + joining), burst + joining
+
+
 def batch_wait(wait: BatchWait | None, burst: np.ndarray, arrivals: np.ndarray, decode_tokens: np.ndarray,
                prompt: np.ndarray, budget: float, applies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Decode steps a new prompt is held on average under TensorRT-LLM's batch waiting, and the prompts that then
     go together (the burst it makes). A hold starts when a burst arrives with none held: it lasts until the held
     prompts and the `decode_tokens` of a step reach ratio × budget, as `arrivals` prompts a step accumulate,
-    or until `iters` steps have passed: L = min(iters, ((ratio·budget − decode_tokens) / prompt − burst) / arrivals).
-    The burst waits L steps, a prompt arriving j steps in waits L − j, so over the burst + arrivals·L prompts the
-    mean wait is (burst·L + arrivals·L²/2) / (burst + arrivals·L). `applies`: where prompts are held at all (other
-    requests decoding, attention DP off: BatchWait)."""
+    or until `iters` steps have passed: L = min(iters, ((ratio·budget − decode_tokens) / prompt − burst) / arrivals),
+    and the mean wait is held_wait's. `applies`: where prompts are held at all (other requests decoding, attention
+    DP off: BatchWait)."""
     if wait is None or not wait.holds:
         return np.zeros_like(burst), burst
     short = np.maximum((wait.ratio * budget - decode_tokens) / prompt - burst, 0.0)
     steps = np.where(applies, np.minimum(wait.iters, short / np.maximum(arrivals, 1e-30)), 0.0)
-    joining = arrivals * steps
-    return (burst * steps + joining * steps / 2.0) / (burst + joining), burst + joining
+    return held_wait(burst, arrivals, steps)
 
 
 def harmonic(n: np.ndarray) -> np.ndarray:
@@ -107,18 +113,15 @@ def dp_balance(balance: DpBalance | None, burst: np.ndarray, arrivals: np.ndarra
     when one rank has a burst and lasts until every other rank has a prompt too, the latest of dp − 1 waits of
     mean 1/arrivals steps each: H_{dp−1} / arrivals steps (H: the harmonic number, for exponential waits), then
     batching_wait_iters more; or until timeout_iters steps have passed. The group gains dp·arrivals prompts a step
-    meanwhile, so with L the hold, the mean wait is (burst·L + dp·arrivals·L²/2) / (burst + dp·arrivals·L), as in
-    batch_wait, and each rank prefills (burst + dp·arrivals·L) / dp prompts in the same step as the others.
-    `applies`: where prompts are held at all (attention DP on, other requests decoding: DpBalance)."""
+    meanwhile, so the mean wait is held_wait's with dp·arrivals, and each rank prefills 1/dp of the prompts
+    released, in the same step as the others. `applies`: where prompts are held at all (attention DP on, other
+    requests decoding: DpBalance)."""
     if balance is None or not balance.holds:
         return np.zeros_like(burst), burst
-    rate = np.maximum(arrivals, 1e-30)
-    synced = harmonic(dp - 1.0) / rate
+    synced = harmonic(dp - 1.0) / np.maximum(arrivals, 1e-30)
     steps = np.where(synced < balance.timeout_iters, synced + balance.batching_wait_iters, balance.timeout_iters)
-    steps = np.where(applies, steps, 0.0)
-    joining = dp * arrivals * steps
-    held = (burst * steps + joining * steps / 2.0) / (burst + joining)
-    return held, np.where(applies, (burst + joining) / dp, burst)
+    held, released = held_wait(burst, dp * arrivals, np.where(applies, steps, 0.0))
+    return held, np.where(applies, released / dp, burst)
 
 
 def prefill_steps(prompt: np.ndarray, budget: np.ndarray, chunked: bool) -> np.ndarray:

@@ -80,9 +80,8 @@ columns, TensorRT-LLM's batch_wait_timeout_iters and batch_wait_max_tokens_ratio
 latter 0 when empty), speculative decoding (mtp: tokens drafted a step, with mtp_acceptance the chance each
 is accepted, Workload.mtp and acceptance; a row that drafted without a recorded acceptance is refused, since the
 acceptance sets its TPOT), the largest step captured as a CUDA graph (Deployment.cuda_graph_max_batch), and the
-engine's cap on running
-requests (max_running: per attention rank of an aggregated worker, Pool.batch; vLLM --max-num-seqs, SGLang
---max-running-requests over its dp ranks, TensorRT-LLM max_batch_size)."""
+engine's cap on running requests (max_running: per attention rank of an aggregated worker, Pool.batch; vLLM
+--max-num-seqs, SGLang --max-running-requests over its dp ranks, TensorRT-LLM max_batch_size)."""
 
 METRICS = ("ttft_ms", "tpot_ms")
 """The metrics of a measured row, named as serve_evaluate names them."""
@@ -281,16 +280,17 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
             kv = launch["kv_cache_dtype"] or load_engine(engine).default_kv_dtype(moe_q if model.moe else gemm)
             precision = Precision(gemm=gemm, moe=moe_q, kv_cache=kv)
             overlap = launch["overlap_scheduler"]
-            overlap = MEASURED_OVERLAP.get(engine) if overlap is None else overlap
+            # The launch settings of either mode (Deployment's fields; the budget of an aggregated row below).
+            settings = dict(overlap_scheduler=MEASURED_OVERLAP.get(engine) if overlap is None else overlap,
+                            memory_fraction=launch["memory_fraction"], batch_wait=launch["batch_wait"],
+                            dp_balance=launch["dp_balance"], cuda_graph_max_batch=launch["cuda_graph_max_batch"])
             if mode == "aggregated":
                 pool = _pool(row, "", moe=model.moe is not None, workers=False)
                 if launch["max_running"] is not None:
                     pool = dataclasses.replace(pool, batch=launch["max_running"])
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, pool=pool,
                                         chunk_tokens=launch["chunk_tokens"] or _measured_budget(row, engine, isl),
-                                        overlap_scheduler=overlap, memory_fraction=launch["memory_fraction"],
-                                        batch_wait=launch["batch_wait"], dp_balance=launch["dp_balance"],
-                                        cuda_graph_max_batch=launch["cuda_graph_max_batch"])
+                                        **settings)
                 concurrency = _concurrency(row)
             else:
                 if launch["max_running"] is not None:
@@ -303,10 +303,7 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
                 prefill = _pool(row, "prefill_", moe=model.moe is not None, workers=True)
                 decode = _pool(row, "decode_", moe=model.moe is not None, workers=True)
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, prefill=prefill,
-                                        decode=decode, chunk_tokens=launch["chunk_tokens"], overlap_scheduler=overlap,
-                                        memory_fraction=launch["memory_fraction"], batch_wait=launch["batch_wait"],
-                                        dp_balance=launch["dp_balance"],
-                                        cuda_graph_max_batch=launch["cuda_graph_max_batch"])
+                                        decode=decode, chunk_tokens=launch["chunk_tokens"], **settings)
                 concurrency = _concurrency(row)
             if concurrency is None:
                 raise ParplanError("the concurrency it was measured at is not recorded (silicon_concurrency=N in "

@@ -121,19 +121,19 @@ class Engine:
 
     def launched(self, deployment: Deployment) -> Engine:
         """The engine with a deployment's launch settings (configured)."""
-        return self.configured(deployment.overlap_scheduler, deployment.memory_fraction, deployment.batch_wait,
-                               deployment.dp_balance, deployment.cuda_graph_max_batch)
+        return self.configured(overlap_scheduler=deployment.overlap_scheduler,
+                               memory_fraction=deployment.memory_fraction, batch_wait=deployment.batch_wait,
+                               dp_balance=deployment.dp_balance, cuda_graph_max_batch=deployment.cuda_graph_max_batch)
 
-    def configured(self, overlap_scheduler: bool | None, memory_fraction: float | None = None,
+    def configured(self, *, overlap_scheduler: bool | None = None, memory_fraction: float | None = None,
                    batch_wait: BatchWait | None = None, dp_balance: DpBalance | None = None,
                    cuda_graph_max_batch: int | None = None) -> Engine:
         """The engine as a deployment launches it (None: the default): its overlap scheduler switched, the share
         of GPU memory its KV cache is sized from, its batch waiting, its attention-DP balance and the largest step
-        it captures as a CUDA graph. A fraction is of
-        the memory free after the weights where the engine sizes it so (TensorRT-LLM free_gpu_memory_fraction),
-        else of the whole GPU:
-        vLLM's --gpu-memory-utilization, and SGLang's --mem-fraction-static, which replaces its reserve rule
-        (python/sglang/srt/server_args.py computes mem_fraction_static from the reserve only when not given)."""
+        it captures as a CUDA graph. A fraction is of the memory free after the weights where the engine sizes it
+        so (TensorRT-LLM free_gpu_memory_fraction), else of the whole GPU: vLLM's --gpu-memory-utilization, and
+        SGLang's --mem-fraction-static, which replaces its reserve rule (python/sglang/srt/server_args.py computes
+        mem_fraction_static from the reserve only when not given)."""
         out = self
         if overlap_scheduler is not None and overlap_scheduler != self.overlap_scheduler:
             out = dataclasses.replace(out, overlap_scheduler=overlap_scheduler)

@@ -92,7 +92,7 @@ def serve_plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int | S
     them."""
     m = load_model(model)
     check_memory_fraction(memory_fraction)
-    engine_spec = load_engine(engine).configured(None, memory_fraction)
+    engine_spec = load_engine(engine).configured(memory_fraction=memory_fraction)
     counts = [gpus] if isinstance(gpus, int) else list(gpus)
     if not counts or min(counts) < 1:
         raise ConfigError("GPU counts must be >= 1", field="gpus")

@@ -7,7 +7,7 @@ import collections
 import functools
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +42,16 @@ class CaseResult:
         return abs(p / m - 1.0)
 
 
+_LAYOUT_FIELDS = ("pool", "prefill", "decode")
+"""Deployment fields a group of cases may differ in (evaluated together as arrays); every other field (engine,
+precision, mode and each launch setting) is the group's."""
+
+
 def _group_key(case: Case) -> tuple:
     d = case.deployment
     assert d is not None
-    return (case.model, case.cluster, d.engine, d.precision, d.mode, d.chunk_tokens, d.overlap_scheduler,
-            d.memory_fraction, d.batch_wait, d.dp_balance, d.cuda_graph_max_batch)
+    return (case.model, case.cluster, *(getattr(d, f.name) for f in fields(d)
+                                        if f.name not in _LAYOUT_FIELDS))
 
 
 @functools.lru_cache(maxsize=256)
