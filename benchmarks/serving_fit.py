@@ -1,7 +1,7 @@
 """Fit the serving engines' global knobs to the shipped measured rows and report how well they generalise.
 
-    python benchmarks/serving_fit.py [--evaluations 150] [--engines vllm,sglang,trtllm] [--logo model,system]
-                                     [--logo-evaluations 40]
+    python benchmarks/serving_fit.py [--evaluations 150] [--engines vllm,sglang,trtllm] [--knobs request_ms,burst]
+                                     [--logo model,system] [--logo-evaluations 40]
 
 Prints, per engine, the fitted knobs (the numbers data/serving/engines.yaml carries) with the fit's TPOT and
 TTFT median absolute percentage errors, then the leave-one-group-out errors: each model (or GPU system) held
@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from parplan.serving.calibrate import fit_engine, leave_one_group_out
+from parplan.serving.calibrate import FITTED, fit_engine, leave_one_group_out
 from parplan.serving.cases import read_measured_csv
 from parplan.serving.spec import ENGINES
 from parplan.serving.validate import shipped_files
@@ -23,6 +23,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--evaluations", type=int, default=150)
     parser.add_argument("--engines", default=",".join(ENGINES), help="engines to fit (the others keep their knobs)")
+    parser.add_argument("--knobs", default=",".join(FITTED), help="knobs to fit (the others keep their values)")
     parser.add_argument("--logo", default="model,system", help="tags to hold out one value of at a time ('' = none)")
     parser.add_argument("--logo-evaluations", type=int, default=40)
     args = parser.parse_args()
@@ -30,7 +31,7 @@ def main() -> None:
     fits = {}
     for name in filter(None, args.engines.split(",")):
         t0 = time.perf_counter()
-        fit = fit_engine(cases, name, max_evaluations=args.evaluations)
+        fit = fit_engine(cases, name, max_evaluations=args.evaluations, names=args.knobs.split(","))
         fits[name] = fit
         knobs = ", ".join(f"{k}: {v:.4g}" for k, v in fit.knobs.items())
         print(f"{name:7s} {fit.cases:4d} rows  TPOT median APE {fit.tpot_median_ape:6.1%}  "

@@ -1032,6 +1032,8 @@ def serve_cli_cases() -> list[Case]:
         ("explain-rate-negative", ("serve", "explain", "-m", "llama3.1-8b", "-c", "h100", "--rate", "-2"), "--rate"),
         ("explain-prefix-one", (*explain, "--prefix-hit", "1"), "--prefix-hit"),
         ("explain-prefix-nan", (*explain, "--prefix-hit", "nan"), "--prefix-hit"),
+        ("explain-range-ratio-zero", (*explain, "--range-ratio", "0"), "--range-ratio"),
+        ("explain-range-ratio-nan", (*explain, "--range-ratio", "nan"), "--range-ratio"),
         ("explain-acceptance-two", (*explain, "--mtp", "1", "--acceptance", "2"), "--acceptance"),
         ("explain-mtp-absurd", (*explain, "--mtp", "100000000"), "--mtp"),
         ("explain-mtp-negative", (*explain, "--mtp", "-1"), "--mtp"),

@@ -234,6 +234,35 @@ def test_open_loop_rate():
     assert np.isinf(over.ttft_ms) and any("overloaded" in n for n in over.notes)
 
 
+def test_drawn_lengths_are_served_at_their_mean():
+    """InferenceX's client draws each request's lengths uniformly from the whole numbers in [⌊0.8·L⌋, L]
+    (benchmark_serving.py sample_uniform: randint(int(L·ratio), L + 1)): a nominal 1,024 averages
+    (819 + 1,024) / 2 = 921.5 tokens, 8,192 averages (6,553 + 8,192) / 2 = 7,372.5. Every cost is linear in a
+    request's lengths but attention's, so the deployment serves them as requests of the mean lengths: 1,000 / 1,000
+    drawn from 0.8 costs what fixed 900 / 900 costs."""
+    assert Workload(isl=1024, osl=8192, concurrency=1, range_ratio=0.8).mean_isl == 921.5
+    assert Workload(isl=1024, osl=8192, concurrency=1, range_ratio=0.8).mean_osl == 7372.5
+    assert Workload(isl=1024, osl=10, concurrency=1, range_ratio=0.8, prefix_hit=0.5).prefill_tokens == 460.75
+    d = Deployment(engine="vllm", precision=Precision(gemm="fp8", moe="fp8"), pool=Pool(tp=8))
+    drawn = serve_evaluate(LLAMA70, "h200", d, Workload(isl=1000, osl=1000, concurrency=32, range_ratio=0.8))
+    fixed = serve_evaluate(LLAMA70, "h200", d, Workload(isl=900, osl=900, concurrency=32))
+    nominal = serve_evaluate(LLAMA70, "h200", d, Workload(isl=1000, osl=1000, concurrency=32))
+    for metric in ("ttft_ms", "tpot_ms", "output_tok_s_per_gpu", "request_latency_ms"):
+        assert getattr(drawn, metric) == pytest.approx(getattr(fixed, metric), rel=1e-12)
+    assert drawn.ttft_ms < nominal.ttft_ms and drawn.request_latency_ms < nominal.request_latency_ms
+    assert drawn.as_dict()["workload"]["range_ratio"] == 0.8
+
+
+@pytest.mark.parametrize(("ratio", "isl", "message"), [
+    (0.0, 1024, r"must lie in \(0, 1\]"), (1.5, 1024, r"must lie in \(0, 1\]"),
+    (float("nan"), 1024, r"must lie in \(0, 1\]"), (0.05, 10, "without an input or output token"),
+])
+def test_bad_range_ratio(ratio, isl, message):
+    with pytest.raises(ConfigError, match=message) as e:
+        Workload(isl=isl, osl=1024, concurrency=1, range_ratio=ratio)
+    assert e.value.field == "range_ratio"
+
+
 # ---- memory ------------------------------------------------------------------------------------------------
 
 def test_weights_per_gpu_by_hand():

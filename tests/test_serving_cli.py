@@ -67,6 +67,17 @@ def test_serve_explain_states_the_launch_settings(run_cli, run_json, args, words
     assert {key: doc[key] for key in fields} == fields
 
 
+def test_serve_explain_states_drawn_lengths(run_cli, run_json):
+    """--range-ratio 0.8 serves ISL 1,024 / OSL 1,024 as InferenceX's client draws them: (819 + 1,024) / 2 = 921.5
+    tokens each on average, stated on the workload line and kept in the JSON."""
+    args = ("serve", "explain", "-m", "meta-llama/Llama-3.1-70B", "-c", "h200", "--precision", "fp8", "--tp", "8",
+            "--concurrency", "16", "--range-ratio", "0.8")
+    code, out, err = run_cli(*args)
+    assert code == 0, err
+    assert "lengths drawn from 0.8-1× (mean 921.5 / 921.5)" in " ".join(out.split())
+    assert run_json(*args)["workload"]["range_ratio"] == 0.8
+
+
 def test_prompt_holds_hold_nothing_in_a_disaggregated_deployment(run_json):
     """Prefill workers run no generation requests and decode workers take no new prompts, so TensorRT-LLM's batch
     waiting and attention-DP balance, stated for a disaggregated deployment, are kept in its description and
@@ -185,6 +196,18 @@ def test_launch_columns_reach_the_deployment():
 def test_malformed_launch_cells(run_cli, tmp_path, cells, message):
     code, _, err = run_cli("validate", "--serving", _write(tmp_path, HEADER + LAUNCH + "\n" + ROW + cells + "\n"))
     assert code == 1 and message in err and "Traceback" not in err
+
+
+def test_range_ratio_column_reaches_the_workload(run_cli, tmp_path):
+    """A row whose client drew its lengths from [⌊ratio·L⌋, L] (CLIENT_COLUMNS) is served at the mean lengths;
+    an empty cell keeps fixed lengths, and a ratio out of (0, 1] names the row and the column."""
+    from parplan.serving.cases import read_measured_csv
+
+    text = HEADER + ",range_ratio\n" + ROW + ",0.8\n" + ROW.replace("r1,", "r2,") + ",\n"
+    drawn, fixed = (c.workload for c in read_measured_csv("rows.csv", text))
+    assert (drawn.range_ratio, drawn.mean_isl, fixed.range_ratio, fixed.mean_isl) == (0.8, 921.5, 1.0, 1024.0)
+    code, _, err = run_cli("validate", "--serving", _write(tmp_path, HEADER + ",range_ratio\n" + ROW + ",1.2\n"))
+    assert code == 1 and "field 'range_ratio': row 1: must lie in (0, 1]" in err and "Traceback" not in err
 
 
 def test_unmodellable_rows_are_refused_with_a_reason(run_json, tmp_path):

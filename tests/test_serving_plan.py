@@ -88,12 +88,13 @@ def test_launch_settings_reach_the_reproducing_command_and_the_launch():
     """A plan searched with a token budget and a memory fraction reproduces with them (serve explain gives the
     same numbers) and launches with them: --emit once wrote the engine's default budget whatever the plan used."""
     plan = serve_plan("qwen3-30b-a3b", "h100", 8, isl=1024, osl=256, precisions=("fp8",), modes=("aggregated",),
-                      chunk_tokens=4096, memory_fraction=0.8)
+                      chunk_tokens=4096, memory_fraction=0.8, range_ratio=0.8)
     best = plan.best
     cmd = explain_command(plan, best)
-    assert "--chunk-tokens 4096" in cmd and "--memory-fraction 0.8" in cmd
+    assert "--chunk-tokens 4096" in cmd and "--memory-fraction 0.8" in cmd and "--range-ratio 0.8" in cmd
     d = Deployment(engine="vllm", precision=best.precision, pool=best.pool, chunk_tokens=4096, memory_fraction=0.8)
-    est = serve_evaluate("qwen3-30b-a3b", "h100", d, Workload(isl=1024, osl=256, concurrency=best.concurrency))
+    est = serve_evaluate("qwen3-30b-a3b", "h100", d, Workload(isl=1024, osl=256, concurrency=best.concurrency,
+                                                            range_ratio=0.8))
     assert est.tpot_ms == pytest.approx(best.tpot_ms, rel=1e-6)
     assert est.memory["aggregated"]["kv_cache_gib"] == pytest.approx(best.detail["kv_cache_gib"], rel=1e-6)
 

@@ -47,6 +47,10 @@ RateOpt = Annotated[float | None, typer.Option(callback=number(above=0), metavar
                                                help="Arriving requests per second (open loop), instead.")]
 PrefixOpt = Annotated[float, typer.Option(callback=number(min=0, max=1), metavar="FRACTION",
                                           help="Share of input tokens found in the prefix cache, in [0, 1).")]
+RangeRatioOpt = Annotated[float, typer.Option(
+    callback=number(min=0, max=1), metavar="FRACTION",
+    help="Requests' lengths drawn uniformly from [⌊ratio·ISL⌋, ISL] and [⌊ratio·OSL⌋, OSL], as "
+         "benchmark_serving.py --random-range-ratio (InferenceX runs 0.8); 1 = fixed lengths.")]
 MtpOpt = Annotated[int, typer.Option(min=0, max=MAX_MTP, help="Speculative (MTP) tokens drafted per step; 0 = off.")]
 AcceptanceOpt = Annotated[float, typer.Option(callback=number(min=0, max=1), metavar="FRACTION",
                                               help="Chance each drafted token is accepted (with --mtp), in [0, 1).")]
@@ -135,6 +139,7 @@ def explain(
     precision: PrecisionOpt = "bf16",
     kv_cache: KvOpt = "auto",
     prefix_hit: PrefixOpt = 0.0,
+    range_ratio: RangeRatioOpt = 1.0,
     mtp: MtpOpt = 0,
     acceptance: AcceptanceOpt = 0.0,
     chunk_tokens: ChunkOpt = None,
@@ -172,7 +177,7 @@ def explain(
                                  param_hint="--prefill")
     with usage_errors(_OPTIONS):  # option values first, before the model is read
         workload = Workload(isl=isl, osl=osl, concurrency=concurrency, rate=rate, prefix_hit=prefix_hit, mtp=mtp,
-                            acceptance=acceptance)
+                            acceptance=acceptance, range_ratio=range_ratio)
         wait = BatchWait(iters=batch_wait_iters, ratio=batch_wait_ratio) if batch_wait_iters or batch_wait_ratio \
             else None
         if dp_balance_wait_iters and not dp_balance_timeout_iters:
@@ -209,6 +214,8 @@ def show_serving(est: ServingEstimate) -> None:
     console.print(kv_table(
         f"{est.model} on {est.gpus}× {est.cluster} ({d.engine}, {d.precision.describe()}), {d.describe()}", [
             ("workload", f"ISL {w.isl:,} / OSL {w.osl:,}, {load}"
+             + (f", lengths drawn from {w.range_ratio:g}-1× (mean {w.mean_isl:,.1f} / {w.mean_osl:,.1f})"
+                if w.range_ratio < 1 else "")
              + (f", {w.prefix_hit:.0%} prefix hits" if w.prefix_hit else "")
              + (f", MTP {w.mtp} drafts at {w.acceptance:.0%} acceptance" if w.mtp else "")),
             *([("launch", launch)] if (launch := _launch_settings(d)) else []),
@@ -320,6 +327,7 @@ def plan(
         help="Weights to try (repeat for several): bf16, fp8, fp4, int4 or gemm=fp8,moe=fp4. Default bf16.")] = None,
     kv_cache: KvOpt = "auto",
     prefix_hit: PrefixOpt = 0.0,
+    range_ratio: RangeRatioOpt = 1.0,
     mtp: MtpOpt = 0,
     acceptance: AcceptanceOpt = 0.0,
     max_pp: Annotated[int, typer.Option(min=1, max=RANGES["layers"][1],
@@ -352,7 +360,8 @@ def plan(
     modes = ("aggregated", "disaggregated") if mode == "both" else (mode,)
     with usage_errors(_OPTIONS):  # serve_plan checks the option values before it searches
         result = serve_plan(model, cluster, counts, isl=isl, osl=osl, concurrency=concurrency, rate=rate,
-                            prefix_hit=prefix_hit, mtp=mtp, acceptance=acceptance, engine=name,
+                            prefix_hit=prefix_hit, range_ratio=range_ratio, mtp=mtp, acceptance=acceptance,
+                            engine=name,
                             ttft_ms=ttft_ms, tpot_ms=tpot_ms, modes=modes,
                             precisions=tuple(precision or ("bf16",)), kv_cache=kv_cache, max_pp=max_pp,
                             redundant_experts=tuple(redundant_experts or (0,)), chunk_tokens=chunk_tokens,

@@ -56,17 +56,17 @@ def loss(results: Sequence[CaseResult]) -> float:
     return TPOT_WEIGHT * float(np.mean(np.minimum(tpot, CAP_TPOT))) + float(np.mean(np.minimum(ttft, CAP_TTFT)))
 
 
-def _to_box(z: np.ndarray) -> dict[str, float]:
+def _to_box(z: np.ndarray, names: Sequence[str] = FITTED) -> dict[str, float]:
     out = {}
-    for name, value in zip(FITTED, z, strict=True):
+    for name, value in zip(names, z, strict=True):
         lo, hi = BOUNDS[name]
         out[name] = lo + (hi - lo) / (1.0 + np.exp(-value))
     return out
 
 
-def _from_box(values: dict[str, float]) -> np.ndarray:
+def _from_box(values: dict[str, float], names: Sequence[str] = FITTED) -> np.ndarray:
     z = []
-    for name in FITTED:
+    for name in names:
         lo, hi = BOUNDS[name]
         x = min(max(values[name], lo + 1e-9 * (hi - lo)), hi - 1e-9 * (hi - lo))
         z.append(-np.log((hi - lo) / (x - lo) - 1.0))
@@ -85,20 +85,22 @@ class Fit:
 
 
 def fit_engine(cases: Sequence[Case], engine: str | Engine, *, start: dict[str, float] | None = None,
-               max_evaluations: int = 150) -> Fit:
-    """The knobs of `engine` that best reproduce its closed-loop `cases` (rows of other engines are ignored)."""
+               max_evaluations: int = 150, names: Sequence[str] = FITTED) -> Fit:
+    """The knobs of `engine` that best reproduce its closed-loop `cases` (rows of other engines are ignored);
+    only the knobs `names` move, the others keep the engine's values."""
     from scipy.optimize import minimize  # heavy: only a fit needs it
 
     base = load_engine(engine) if isinstance(engine, str) else engine
     mine = [c for c in cases if c.engine == base.name and c.kind == "closed_loop" and not c.refused]
-    x0 = _from_box(start or {n: getattr(base.knobs, n) for n in FITTED})
+    first = {n: getattr(base.knobs, n) for n in FITTED} | (start or {})
+    x0 = _from_box(first, names)
 
     def objective(z: np.ndarray) -> float:
-        return loss(evaluate_cases(mine, {base.name: with_knobs(base, _to_box(z))}))
+        return loss(evaluate_cases(mine, {base.name: with_knobs(base, _to_box(z, names))}))
 
     result = minimize(objective, x0, method="Powell",
                       options={"maxfev": max_evaluations, "xtol": 1e-2, "ftol": 1e-4})
-    knobs = {k: float(v) for k, v in _to_box(result.x).items()}
+    knobs = first | {k: float(v) for k, v in _to_box(result.x, names).items()}
     final = evaluate_cases(mine, {base.name: with_knobs(base, knobs)})
     return Fit(engine=base.name, knobs=knobs, cases=len(mine),
                tpot_median_ape=median_ape(final, "tpot_ms"), ttft_median_ape=median_ape(final, "ttft_ms"),

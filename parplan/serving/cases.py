@@ -83,6 +83,12 @@ acceptance sets its TPOT), the largest step captured as a CUDA graph (Deployment
 engine's cap on running requests (max_running: per attention rank of an aggregated worker, Pool.batch; vLLM
 --max-num-seqs, SGLang --max-running-requests over its dp ranks, TensorRT-LLM max_batch_size)."""
 
+CLIENT_COLUMNS = ("range_ratio",)
+"""Optional columns: how the benchmark client drew a row's requests, where the file knows it. range_ratio: each
+request's input and output lengths drawn uniformly from [⌊ratio·isl⌋, isl] and [⌊ratio·osl⌋, osl]
+(Workload.range_ratio, benchmark_serving.py --random-range-ratio); empty: every request has isl and osl tokens,
+as aiperf's fixed lengths do."""
+
 METRICS = ("ttft_ms", "tpot_ms")
 """The metrics of a measured row, named as serve_evaluate names them."""
 
@@ -312,13 +318,15 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
                 drafts = f"{launch['mtp']} token{'s' if launch['mtp'] > 1 else ''} drafted a step"
                 raise ParplanError(f"ran with speculative decoding ({drafts}) at an acceptance rate it does not "
                                    "record (mtp_acceptance), which sets its TPOT")
+            ratio = row.finite("range_ratio")
             try:  # the ranges are the workload's own rules, named here with the row
                 workload = Workload(isl=isl, osl=osl, concurrency=concurrency, mtp=launch["mtp"],
-                                    acceptance=launch["acceptance"] or 0.0)
+                                    acceptance=launch["acceptance"] or 0.0,
+                                    range_ratio=1.0 if ratio is None else ratio)
             except ConfigError as e:
-                if e.field not in ("mtp", "acceptance"):
+                if e.field not in ("mtp", "acceptance", "range_ratio"):
                     raise
-                raise row.error("mtp" if e.field == "mtp" else "mtp_acceptance", e.rule) from None
+                raise row.error({"acceptance": "mtp_acceptance"}.get(e.field, e.field), e.rule) from None
             cases.append(Case(deployment=deployment, workload=workload, **base))
         except ConfigError as e:
             if e.file:  # the file itself is malformed

@@ -32,9 +32,11 @@ class Traffic:
     """Workload arrays (one entry per deployment)."""
 
     isl: np.ndarray
+    """Input tokens of the average request (Workload.mean_isl)."""
     osl: np.ndarray
+    """Output tokens of the average request (Workload.mean_osl)."""
     prompt: np.ndarray
-    """Tokens each request prefills (isl less the prefix-cache hits)."""
+    """Tokens the average request prefills (isl less the prefix-cache hits)."""
     concurrency: np.ndarray
     """Requests in flight over the whole deployment."""
     mtp: int = 0
@@ -43,7 +45,7 @@ class Traffic:
     @classmethod
     def of(cls, workload: Workload, size: int = 1) -> Traffic:
         ones = np.ones(size)
-        return cls(isl=workload.isl * ones, osl=workload.osl * ones, prompt=workload.prefill_tokens * ones,
+        return cls(isl=workload.mean_isl * ones, osl=workload.mean_osl * ones, prompt=workload.prefill_tokens * ones,
                    concurrency=float(workload.concurrency or 0) * ones, mtp=workload.mtp,
                    acceptance=workload.acceptance)
 
@@ -242,7 +244,7 @@ class ServingEstimate:
             "workload": {"isl": self.workload.isl, "osl": self.workload.osl,
                          "concurrency": self.workload.concurrency, "rate": self.workload.rate,
                          "prefix_hit": self.workload.prefix_hit, "mtp": self.workload.mtp,
-                         "acceptance": self.workload.acceptance},
+                         "acceptance": self.workload.acceptance, "range_ratio": self.workload.range_ratio},
             "ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms, "request_latency_ms": self.request_latency_ms,
             "output_tok_s_per_gpu": self.output_tok_s_per_gpu, "output_tok_s_per_user": self.output_tok_s_per_user,
             "requests_per_s": self.requests_per_s, "memory": self.memory, "steps": self.steps,

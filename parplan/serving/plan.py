@@ -82,9 +82,10 @@ def _precisions(model: ModelSpec, cluster: ClusterSpec, engine: Engine, texts: S
 
 def serve_plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int | Sequence[int], *, isl: int,
                osl: int, concurrency: int | None = None, rate: float | None = None, prefix_hit: float = 0.0,
-               mtp: int = 0, acceptance: float = 0.0, engine: str = "vllm", ttft_ms: float | None = None,
-               tpot_ms: float | None = None, modes: Sequence[str] = MODES, precisions: Sequence[str] = ("bf16",),
-               kv_cache: str = "auto", max_pp: int = 1, redundant_experts: Sequence[int] = (0,),
+               range_ratio: float = 1.0, mtp: int = 0, acceptance: float = 0.0, engine: str = "vllm",
+               ttft_ms: float | None = None, tpot_ms: float | None = None, modes: Sequence[str] = MODES,
+               precisions: Sequence[str] = ("bf16",), kv_cache: str = "auto", max_pp: int = 1,
+               redundant_experts: Sequence[int] = (0,),
                chunk_tokens: int | None = None, memory_fraction: float | None = None, top: int = 5) -> ServePlan:
     """The best serving deployments of `model` on each of `gpus` (one count, or several for sizing), under
     the latency targets; `chunk_tokens` and `memory_fraction` are launch settings (Deployment's fields) every
@@ -107,7 +108,8 @@ def serve_plan(model: str | ModelSpec, cluster: str | ClusterSpec, gpus: int | S
     # checked as serve explain checks it; without a concurrency or rate the search tries a grid of
     # concurrencies, and 1 stands in here for the lengths' sake
     load = {"rate": rate} if rate is not None else {"concurrency": concurrency or 1}
-    workload = Workload(isl=isl, osl=osl, prefix_hit=prefix_hit, mtp=mtp, acceptance=acceptance, **load)
+    workload = Workload(isl=isl, osl=osl, prefix_hit=prefix_hit, mtp=mtp, acceptance=acceptance,
+                        range_ratio=range_ratio, **load)
     if isl + osl > m.max_position:
         raise ConfigError(f"isl + osl = {isl + osl} exceeds the model's context of {m.max_position} tokens",
                           field="isl")
@@ -203,6 +205,8 @@ def explain_command(plan: ServePlan, cand: Candidate) -> str:
     words.append(f"--kv-cache {prec.kv_cache}")
     if w.prefix_hit:
         words.append(f"--prefix-hit {w.prefix_hit:g}")
+    if w.range_ratio < 1:
+        words.append(f"--range-ratio {w.range_ratio:g}")
     if w.mtp:
         words.append(f"--mtp {w.mtp} --acceptance {w.acceptance:g}")
     if plan.chunk_tokens is not None:

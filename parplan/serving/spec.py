@@ -160,11 +160,20 @@ class Workload:
     """Speculative tokens drafted per step (MTP / EAGLE); 0 = off."""
     acceptance: float = 0.0
     """Chance that each drafted token is accepted (DeepSeek-V3 §5.4.3: 85-90% for the second token)."""
+    range_ratio: float = 1.0
+    """Shortest lengths as a share of isl and osl: each request's input and output lengths are drawn uniformly
+    from the whole numbers in [⌊ratio·isl⌋, isl] and [⌊ratio·osl⌋, osl], as the random dataset of the
+    benchmark_serving.py that InferenceX runs draws them (--random-range-ratio; 0.8 in every InferenceX run);
+    1 = every request has exactly isl and osl tokens (aiperf's and trtllm-bench's fixed lengths)."""
 
     def __post_init__(self) -> None:
         checks = [
             ("isl", 1 <= self.isl <= MAX_SEQ, f"must lie in 1..{MAX_SEQ:,}, got {self.isl:,}"),
             ("osl", 1 <= self.osl <= MAX_SEQ, f"must lie in 1..{MAX_SEQ:,}, got {self.osl:,}"),
+            ("range_ratio", 0.0 < self.range_ratio <= 1.0, f"must lie in (0, 1], got {self.range_ratio}"),
+            ("range_ratio", not 0.0 < self.range_ratio <= 1.0
+             or math.floor(self.range_ratio * min(self.isl, self.osl)) >= 1,
+             f"{self.range_ratio} would draw requests without an input or output token (⌊ratio·length⌋ < 1)"),
             ("prefix_hit", 0.0 <= self.prefix_hit < 1.0, f"must lie in [0, 1), got {self.prefix_hit}"),
             ("mtp", 0 <= self.mtp <= MAX_MTP, f"must lie in 0..{MAX_MTP}, got {self.mtp:,}"),
             ("acceptance", 0.0 <= self.acceptance < 1.0, f"must lie in [0, 1), got {self.acceptance}"),
@@ -180,10 +189,20 @@ class Workload:
                 raise ConfigError(why, field=name)
 
     @property
-    def prefill_tokens(self) -> int:
-        """Input tokens a request prefills after the prefix cache: at least the last one (it makes the first
-        output token)."""
-        return max(1, round(self.isl * (1.0 - self.prefix_hit)))
+    def mean_isl(self) -> float:
+        """Input tokens of the average request: (⌊ratio·isl⌋ + isl) / 2 (range_ratio)."""
+        return (math.floor(self.range_ratio * self.isl) + self.isl) / 2.0
+
+    @property
+    def mean_osl(self) -> float:
+        """Output tokens of the average request: (⌊ratio·osl⌋ + osl) / 2 (range_ratio)."""
+        return (math.floor(self.range_ratio * self.osl) + self.osl) / 2.0
+
+    @property
+    def prefill_tokens(self) -> float:
+        """Input tokens the average request prefills after the prefix cache: at least the last one (it makes the
+        first output token)."""
+        return max(1.0, self.mean_isl * (1.0 - self.prefix_hit))
 
     @property
     def tokens_per_step(self) -> float:

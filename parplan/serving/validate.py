@@ -69,8 +69,8 @@ def _evaluate_group(cases: list[Case], engine: Engine) -> list[dict[str, float]]
     d0 = first.deployment
     assert d0 is not None and first.cluster is not None
     model, cluster = _model(first.model), _cluster(first.cluster)
-    traffic = Traffic(isl=np.array([c.workload.isl for c in cases], dtype=float),  # type: ignore[union-attr]
-                      osl=np.array([c.workload.osl for c in cases], dtype=float),  # type: ignore[union-attr]
+    traffic = Traffic(isl=np.array([c.workload.mean_isl for c in cases], dtype=float),  # type: ignore[union-attr]
+                      osl=np.array([c.workload.mean_osl for c in cases], dtype=float),  # type: ignore[union-attr]
                       prompt=np.array([c.workload.prefill_tokens for c in cases], dtype=float),  # type: ignore[union-attr]
                       concurrency=np.array([c.workload.concurrency for c in cases], dtype=float))  # type: ignore[union-attr]
     if d0.mode == "aggregated":
