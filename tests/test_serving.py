@@ -381,6 +381,39 @@ def test_a_larger_cuda_graph_capture_launches_only_the_attention_cores():
         Deployment(engine="vllm", precision=Precision(), pool=Pool(), cuda_graph_max_batch=0)
 
 
+def test_sglang_graph_batch_follows_the_gpu_and_the_worker():
+    """SGLang's --cuda-graph-max-bs default (server_args.py _handle_gpu_memory_settings; aiconfigurator's
+    sglang_backend.py @095f58a carries the same tiers): 256 for a worker of fewer than 4 GPUs on H100/H200-class
+    GPUs (60-160 GB), 512 from 4 GPUs and on B200 (179 GiB); 32 / 160 on an A100 40GB. A decode batch of 300 on
+    one H200 replays no graph: every kernel launches from the host, while
+    on four H200 or one B200 the same batch replays a graph. SGLang's memory reserve counts 2 MB per graph
+    batch: 512 + 1.5·8,192 + 2·256 + 1,024/8 = 13,440 MB for one H200 (above its 10 GiB floor)."""
+    from parplan.serving.memory import sglang_reserve_gib
+
+    sglang = load_engine("sglang")
+    assert float(sglang.graph_batch(140.4, np.array([2.0]))[0]) == 256
+    assert float(sglang.graph_batch(140.4, np.array([8.0]))[0]) == 512
+    assert float(sglang.graph_batch(179.0, np.array([1.0]))[0]) == 512
+    assert float(sglang.graph_batch(40.0, np.array([1.0]))[0]) == 32
+    assert sglang.default_chunk_tokens(load_cluster("a100-40gb").gpu) == 4096
+    # a launch setting replaces the tiers on every GPU and worker
+    assert float(sglang.configured(cuda_graph_max_batch=64).graph_batch(140.4, np.array([8.0]))[0]) == 64
+    reserve = sglang_reserve_gib(sglang, 140.4, 8192.0, PoolArrays.from_pools([Pool(tp=1)]))
+    assert float(reserve[0]) == pytest.approx((512 + 1.5 * 8192 + 2 * 256 + 1024 / 8) / 1024, rel=1e-12)
+
+    def host(cluster: str, tp: int) -> float:
+        m, cl = load_model("meta-llama/Llama-3.1-8B-Instruct"), load_cluster(cluster)
+        sm = StepModel(m, cl, sglang, Precision.parse("fp8"), PoolArrays.from_pools([Pool(tp=tp)]))
+        return float(sm.step(np.array([300.0]), np.array([2048.0]), 0.0, 0.0, 0.0).host[0])
+
+    # eagerly, each of the 32 layers launches at least 13 kernels at TP1: 4 fp8 GEMMs and their activation
+    # quantisation (8), 2 attention kernels, 3 elementwise kernels (no all-reduce on one GPU)
+    graphed = sglang.knobs.decode_step_ms * 1e-3
+    assert host("h200", 1) >= graphed + 32 * 13 * sglang.knobs.launch_us * 1e-6
+    assert host("h200", 4) == pytest.approx(graphed, rel=1e-9)
+    assert host("b200", 1) == pytest.approx(graphed, rel=1e-9)
+
+
 def test_dp_balance_hold_by_hand():
     """TensorRT-LLM's attention-DP balance holds prompts until every rank has one (py_executor.py
     _balance_adp_requests). With a prompts per step arriving at each of dp ranks, the last of the other dp − 1

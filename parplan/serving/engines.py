@@ -10,6 +10,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from parplan._input import read_yaml
 from parplan._mapping import dataclass_from_mapping
 from parplan._resources import data_dir
@@ -25,6 +27,9 @@ MEMORY_MODES = ("total", "free", "reserve")
 MOE_LAYOUTS = ("any", "ep_or_tp")
 DP_ATTENTION_TP = ("any", "one")
 GIB = 2**30
+SMALL_WORKER_GPUS = 4
+"""A worker of fewer GPUs per stage (SGLang's --tp-size) takes the small tier of cuda_graph_tiers
+(server_args.py: `cuda_graph_max_bs = 256 if tp_size < 4 else 512` on H100- and H200-class GPUs)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,7 +95,10 @@ class Engine:
     memory_fraction: float
     reserve_gib: float
     cuda_graph_max_batch: int
-    """Largest decode batch replayed as a CUDA graph."""
+    """Largest decode batch replayed as a CUDA graph (where no tier of cuda_graph_tiers applies)."""
+    cuda_graph_tiers: tuple[tuple[float, int, int], ...]
+    """(GPU memory GiB below which it applies, largest graph batch of a worker of fewer than SMALL_WORKER_GPUS
+    GPUs per stage, of a larger one), first match; empty where the default does not follow the GPU."""
     eager_prefill: bool
     """Whether steps that carry prefill run eagerly (every kernel launched from Python) or as piecewise CUDA
     graphs with only attention launched in between (vLLM)."""
@@ -144,9 +152,19 @@ class Engine:
             out = dataclasses.replace(out, batch_wait=batch_wait)
         if dp_balance is not None and dp_balance.holds:
             out = dataclasses.replace(out, dp_balance=dp_balance)
-        if cuda_graph_max_batch is not None:
-            out = dataclasses.replace(out, cuda_graph_max_batch=cuda_graph_max_batch)
+        if cuda_graph_max_batch is not None:  # a launch setting replaces the default on every GPU
+            out = dataclasses.replace(out, cuda_graph_max_batch=cuda_graph_max_batch, cuda_graph_tiers=())
         return out
+
+    def graph_batch(self, hbm_gib: float, gpus: np.ndarray) -> np.ndarray:
+        """Largest decode batch replayed as a CUDA graph by a worker of `gpus` GPUs per pipeline stage on a GPU of
+        `hbm_gib` GiB: the first tier below its memory (SGLang's --cuda-graph-max-bs default follows both),
+        else cuda_graph_max_batch."""
+        gpus = np.asarray(gpus, dtype=float)
+        for limit, small, large in self.cuda_graph_tiers:
+            if hbm_gib < limit:
+                return np.where(gpus < SMALL_WORKER_GPUS, float(small), float(large))
+        return np.full_like(gpus, float(self.cuda_graph_max_batch))
 
     def default_kv_dtype(self, weights: str) -> str:
         """The KV-cache format the engine picks when not told, for weights stored as `weights`."""
@@ -185,6 +203,12 @@ def _engine_from(name: str, raw: Any, file: str) -> Engine:
             or not all(isinstance(c, list) and len(c) == 2 and all(isinstance(v, (int, float)) for v in c)
                        for c in chunks)):
         raise ConfigError("expected a list of [GiB limit, tokens] pairs", file=file, field=f"{name}.chunk_tokens")
+    tiers = data.pop("cuda_graph_tiers", []) or []
+    if (not isinstance(tiers, list)
+            or not all(isinstance(t, list) and len(t) == 3 and all(isinstance(v, (int, float)) for v in t)
+                       and t[1] >= 1 and t[2] >= 1 for t in tiers)):
+        raise ConfigError("expected a list of [GiB limit, batch below 4 GPUs, batch from 4 GPUs] triples",
+                          file=file, field=f"{name}.cuda_graph_tiers")
     sources = data.pop("sources", {}) or {}
     max_running = data.pop("max_running", None)
     if max_running is not None and (not isinstance(max_running, int) or max_running < 1):
@@ -198,6 +222,7 @@ def _engine_from(name: str, raw: Any, file: str) -> Engine:
     if spec.a2a not in A2A_BACKENDS[1:]:
         raise ConfigError(f"expected one of {', '.join(A2A_BACKENDS[1:])}", file=file, field=f"{name}.a2a")
     return Engine(name=name, chunk_tokens=tuple((float(a), int(b)) for a, b in chunks), max_running=max_running,
+                  cuda_graph_tiers=tuple((float(a), int(b), int(c)) for a, b, c in tiers),
                   knobs=knobs, sources={str(k): str(v) for k, v in sources.items()},
                   **{f: getattr(spec, f) for f in _EngineFields.__dataclass_fields__})
 
