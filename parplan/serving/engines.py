@@ -207,8 +207,8 @@ def _engine_from(name: str, raw: Any, file: str) -> Engine:
     if (not isinstance(tiers, list)
             or not all(isinstance(t, list) and len(t) == 3 and all(isinstance(v, (int, float)) for v in t)
                        and t[1] >= 1 and t[2] >= 1 for t in tiers)):
-        raise ConfigError("expected a list of [GiB limit, batch below 4 GPUs, batch from 4 GPUs] triples",
-                          file=file, field=f"{name}.cuda_graph_tiers")
+        raise ConfigError(f"expected a list of [GiB limit, batch below {SMALL_WORKER_GPUS} GPUs, batch from "
+                          f"{SMALL_WORKER_GPUS} GPUs] triples", file=file, field=f"{name}.cuda_graph_tiers")
     sources = data.pop("sources", {}) or {}
     max_running = data.pop("max_running", None)
     if max_running is not None and (not isinstance(max_running, int) or max_running < 1):
