@@ -27,11 +27,14 @@ def main() -> None:
     parser.add_argument("--logo", default="model,system", help="tags to hold out one value of at a time ('' = none)")
     parser.add_argument("--logo-evaluations", type=int, default=40)
     args = parser.parse_args()
+    names = [k for k in args.knobs.split(",") if k]
+    if not names or set(names) - set(FITTED):
+        parser.error(f"--knobs: one or more of {', '.join(FITTED)}")
     cases = read_measured_csv(shipped_files()[0])
     fits = {}
     for name in filter(None, args.engines.split(",")):
         t0 = time.perf_counter()
-        fit = fit_engine(cases, name, max_evaluations=args.evaluations, names=args.knobs.split(","))
+        fit = fit_engine(cases, name, max_evaluations=args.evaluations, names=names)
         fits[name] = fit
         knobs = ", ".join(f"{k}: {v:.4g}" for k, v in fit.knobs.items())
         print(f"{name:7s} {fit.cases:4d} rows  TPOT median APE {fit.tpot_median_ape:6.1%}  "

@@ -384,22 +384,30 @@ def test_a_larger_cuda_graph_capture_launches_only_the_attention_cores():
 def test_sglang_graph_batch_follows_the_gpu_and_the_worker():
     """SGLang's --cuda-graph-max-bs default (server_args.py _handle_gpu_memory_settings; aiconfigurator's
     sglang_backend.py @095f58a carries the same tiers): 256 for a worker of fewer than 4 GPUs on H100/H200-class
-    GPUs (60-160 GB), 512 from 4 GPUs and on B200 (179 GiB); 32 / 160 on an A100 40GB. A decode batch of 300 on
-    one H200 replays no graph: every kernel launches from the host, while
-    on four H200 or one B200 the same batch replays a graph. SGLang's memory reserve counts 2 MB per graph
-    batch: 512 + 1.5·8,192 + 2·256 + 1,024/8 = 13,440 MB for one H200 (above its 10 GiB floor)."""
+    GPUs (60-160 GB), 512 from 4 GPUs and on B200 (179 GiB); 32 / 160 on an A100 40GB. A launch setting replaces
+    it, and a pool capped at a batch captures that batch, as parplan launches it. A decode batch of
+    300 on one H200 replays no graph: every kernel launches from the host, while on four H200 or one B200 the
+    same batch replays a graph. SGLang's memory reserve counts 2 MB per graph batch and 1,024 MB per 8 GPUs of its
+    --tp-size (every attention-DP rank): 512 + 1.5·8,192 + 2·256 + 1,024/8 = 13,440 MB for one H200, and with 8
+    DP ranks of batch 64 (their DP term 3 MB per graph batch and rank) 512 + 12,288 + 2·64 + 1,024 + 3·64·8."""
     from parplan.serving.memory import sglang_reserve_gib
 
     sglang = load_engine("sglang")
-    assert float(sglang.graph_batch(140.4, np.array([2.0]))[0]) == 256
-    assert float(sglang.graph_batch(140.4, np.array([8.0]))[0]) == 512
-    assert float(sglang.graph_batch(179.0, np.array([1.0]))[0]) == 512
-    assert float(sglang.graph_batch(40.0, np.array([1.0]))[0]) == 32
+    uncapped = np.array([np.inf])
+
+    def graphs(engine, hbm, gpus, batch=uncapped):
+        return float(engine.graph_batch(hbm, np.array([float(gpus)]), batch)[0])
+
+    assert (graphs(sglang, 140.4, 2), graphs(sglang, 140.4, 8)) == (256, 512)
+    assert (graphs(sglang, 179.0, 1), graphs(sglang, 40.0, 1)) == (512, 32)
     assert sglang.default_chunk_tokens(load_cluster("a100-40gb").gpu) == 4096
-    # a launch setting replaces the tiers on every GPU and worker
-    assert float(sglang.configured(cuda_graph_max_batch=64).graph_batch(140.4, np.array([8.0]))[0]) == 64
-    reserve = sglang_reserve_gib(sglang, 140.4, 8192.0, PoolArrays.from_pools([Pool(tp=1)]))
-    assert float(reserve[0]) == pytest.approx((512 + 1.5 * 8192 + 2 * 256 + 1024 / 8) / 1024, rel=1e-12)
+    assert graphs(sglang.configured(cuda_graph_max_batch=64), 140.4, 8) == 64
+    # a pool capped at 384 launches with --cuda-graph-max-bs 384 (export.py), also on one H100/H200
+    assert graphs(sglang, 140.4, 1, np.array([384.0])) == 384
+    one = sglang_reserve_gib(sglang, 140.4, 8192.0, PoolArrays.from_pools([Pool(tp=1)]))
+    assert float(one[0]) == pytest.approx((512 + 1.5 * 8192 + 2 * 256 + 1024 / 8) / 1024, rel=1e-12)
+    dp8 = sglang_reserve_gib(sglang, 140.4, 8192.0, PoolArrays.from_pools([Pool(tp=1, dp=8, moe_ep=8, batch=64)]))
+    assert float(dp8[0]) == pytest.approx((512 + 1.5 * 8192 + 2 * 64 + 1024 + 3 * 64 * 8) / 1024, rel=1e-12)
 
     def host(cluster: str, tp: int) -> float:
         m, cl = load_model("meta-llama/Llama-3.1-8B-Instruct"), load_cluster(cluster)
@@ -520,6 +528,24 @@ def test_fit_loss_caps_each_row_and_reports_ape():
     # TPOT: (ln 1.1 + 0.4 capped (ln 2) + 0.4 capped (ln 10)) / 3 × 1.5; TTFT: (0 + 0 + 0.5 capped) / 3
     expected = 1.5 * (np.log(1.1) + 0.4 + 0.4) / 3 + 0.5 / 3
     assert loss(rows) == pytest.approx(expected)
+
+
+def test_a_fit_of_some_knobs_keeps_the_others_at_their_start():
+    """fit_engine(names=...) moves only the named knobs; the others take `start`'s values (the engine's where it
+    has none), in the search and in the reported fit alike; a name that is not a knob is refused."""
+    from parplan.serving.calibrate import FITTED, fit_engine, median_ape, with_knobs
+    from parplan.serving.cases import read_measured_csv
+    from parplan.serving.validate import evaluate_cases, shipped_files
+
+    rows = [c for c in read_measured_csv(shipped_files()[0]) if c.engine == "vllm" and not c.refused][:12]
+    vllm = load_engine("vllm")
+    fit = fit_engine(rows, vllm, start={"burst": 0.3}, max_evaluations=6, names=("request_ms",))
+    assert fit.names == ("request_ms",) and fit.knobs["burst"] == 0.3
+    assert all(fit.knobs[k] == getattr(vllm.knobs, k) for k in FITTED if k not in ("burst", "request_ms"))
+    final = evaluate_cases(rows, {"vllm": with_knobs(vllm, fit.knobs)})
+    assert fit.ttft_median_ape == median_ape(final, "ttft_ms")
+    with pytest.raises(ValueError, match="knobs to fit"):
+        fit_engine(rows, vllm, names=("bogus",))
 
 
 def test_published_run_keeps_its_token_budget():

@@ -74,7 +74,7 @@ def test_serve_explain_states_drawn_lengths(run_cli, run_json):
             "--concurrency", "16", "--range-ratio", "0.8")
     code, out, err = run_cli(*args)
     assert code == 0, err
-    assert "lengths drawn from 0.8-1× (mean 921.5 / 921.5)" in " ".join(out.split())
+    assert "ISL 1,024 / OSL 1,024 drawn from 0.8-1× (mean 921.5 / 921.5)" in " ".join(out.split())
     assert run_json(*args)["workload"]["range_ratio"] == 0.8
 
 

@@ -84,6 +84,26 @@ def test_scalar_explain_reproduces_the_plan():
     assert est.output_tok_s_per_gpu == pytest.approx(best.tokens_per_s_per_gpu, rel=1e-6)
 
 
+def test_sglang_plan_predicts_the_graphs_it_launches(capsys):
+    """SGLang captures decode graphs up to 256 by default for a one-GPU worker on an H100 (server_args.py), but
+    parplan launches a pool capped at 384 with --cuda-graph-max-bs 384: the plan, the `serve explain` that
+    reproduces it and the launch agree. A batch of 384 replays a graph (decode host time = the engine's step time
+    alone), and SGLang's reserve counts 2 MB per graph batch: 512 + 1.5·8,192 + 2·384 + 1,024/8 = 13,696 MB of
+    the H100's 81,920, --mem-fraction-static (81,920 − 13,696) / 81,920 = 0.833."""
+    plan = serve_plan("llama3.1-8b", "h100", 1, isl=1024, osl=256, concurrency=384, engine="sglang",
+                      precisions=("fp8",), modes=("aggregated",))
+    best = plan.best
+    assert best.pool.batch == 384 and "--batch 384" in explain_command(plan, best)
+    d = Deployment(engine="sglang", precision=best.precision, pool=best.pool)
+    est = serve_evaluate("llama3.1-8b", "h100", d, Workload(isl=1024, osl=256, concurrency=384))
+    assert est.tpot_ms == pytest.approx(best.tpot_ms, rel=1e-9)
+    assert est.steps["decode"]["host"] == pytest.approx(load_engine("sglang").knobs.decode_step_ms * 1e-3)
+    assert main(["serve", "plan", "-m", "llama3.1-8b", "-c", "h100", "--gpus", "1", "--isl", "1024", "--osl", "256",
+                 "--concurrency", "384", "--precision", "fp8", "--mode", "aggregated", "--emit", "sglang"]) == 0
+    out = capsys.readouterr().out
+    assert "--cuda-graph-max-bs 384" in out and "--mem-fraction-static 0.833" in out
+
+
 def test_launch_settings_reach_the_reproducing_command_and_the_launch():
     """A plan searched with a token budget and a memory fraction reproduces with them (serve explain gives the
     same numbers) and launches with them: --emit once wrote the engine's default budget whatever the plan used."""

@@ -25,7 +25,7 @@ from parplan.names import A2A_BACKENDS, ENGINES, KV_DTYPES
 
 if TYPE_CHECKING:
     from parplan.serving.evaluate import ServingEstimate
-    from parplan.serving.spec import Pool, Precision
+    from parplan.serving.spec import Pool, Precision, Workload
 
 app = typer.Typer(help="Serving deployments: explain one, or plan the best under latency targets.",
                   no_args_is_help=True)
@@ -48,7 +48,7 @@ RateOpt = Annotated[float | None, typer.Option(callback=number(above=0), metavar
 PrefixOpt = Annotated[float, typer.Option(callback=number(min=0, max=1), metavar="FRACTION",
                                           help="Share of input tokens found in the prefix cache, in [0, 1).")]
 RangeRatioOpt = Annotated[float, typer.Option(
-    callback=number(min=0, max=1), metavar="FRACTION",
+    callback=number(above=0, max=1), metavar="FRACTION",
     help="Requests' lengths drawn uniformly from [⌊ratio·ISL⌋, ISL] and [⌊ratio·OSL⌋, OSL], as "
          "benchmark_serving.py --random-range-ratio (InferenceX runs 0.8); 1 = fixed lengths.")]
 MtpOpt = Annotated[int, typer.Option(min=0, max=MAX_MTP, help="Speculative (MTP) tokens drafted per step; 0 = off.")]
@@ -128,7 +128,9 @@ def explain(
     moe_ep: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Expert parallelism over the worker's GPUs.")] = 1,
     workers: Annotated[int, typer.Option(min=1, max=MAX_GPUS, help="Instances (replicas) of the worker.")] = 1,
     batch: Annotated[int | None, typer.Option(min=1, max=MAX_BATCH,
-                                              help="Max running requests per attention rank.")] = None,
+                                              help="Max running requests per attention rank (SGLang and "
+                                                   "TensorRT-LLM: also the largest CUDA-graph batch, as parplan "
+                                                   "launches them).")] = None,
     redundant_experts: Annotated[int, typer.Option(min=0, max=MAX_GPUS, help="EPLB redundant expert replicas.")] = 0,
     a2a: Annotated[str, typer.Option(
         metavar="BACKEND", help="MoE exchange under DP attention: " + ", ".join(A2A_BACKENDS) + ".")] = "auto",
@@ -208,14 +210,19 @@ def explain(
     show_serving(est)
 
 
+def _lengths(w: Workload) -> str:
+    """ISL / OSL as stated, and the mean the requests have where the client draws their lengths."""
+    drawn = (f" drawn from {w.range_ratio:g}-1× (mean {w.mean_isl:,.1f} / {w.mean_osl:,.1f})"
+             if w.range_ratio < 1 else "")
+    return f"ISL {w.isl:,} / OSL {w.osl:,}{drawn}"
+
+
 def show_serving(est: ServingEstimate) -> None:
     d, w = est.deployment, est.workload
     load = f"{w.concurrency:,} requests in flight" if w.concurrency else f"{w.rate:g} requests/s arriving"
     console.print(kv_table(
         f"{est.model} on {est.gpus}× {est.cluster} ({d.engine}, {d.precision.describe()}), {d.describe()}", [
-            ("workload", f"ISL {w.isl:,} / OSL {w.osl:,}, {load}"
-             + (f", lengths drawn from {w.range_ratio:g}-1× (mean {w.mean_isl:,.1f} / {w.mean_osl:,.1f})"
-                if w.range_ratio < 1 else "")
+            ("workload", f"{_lengths(w)}, {load}"
              + (f", {w.prefix_hit:.0%} prefix hits" if w.prefix_hit else "")
              + (f", MTP {w.mtp} drafts at {w.acceptance:.0%} acceptance" if w.mtp else "")),
             *([("launch", launch)] if (launch := _launch_settings(d)) else []),
@@ -469,7 +476,7 @@ def show_plan(result: Any) -> None:
             console.print(f"Fewest GPUs serving {w.rate:g} requests/s within the targets: {result.chosen.gpus}",
                           highlight=False)
     console.print(_candidates_table(
-        f"{result.model} on {result.chosen.gpus}× {result.cluster}, {result.engine}, ISL {w.isl:,} / OSL {w.osl:,}"
+        f"{result.model} on {result.chosen.gpus}× {result.cluster}, {result.engine}, {_lengths(w)}"
         f"{load}{'; ' + targets if targets else ''}: best deployments (meeting the targets first, then most output "
         "tokens/s per GPU, then fewest GPUs)", res.best))
     for mode, c in res.best_per_mode.items():

@@ -77,6 +77,8 @@ def _from_box(values: dict[str, float], names: Sequence[str] = FITTED) -> np.nda
 class Fit:
     engine: str
     knobs: dict[str, float]
+    names: tuple[str, ...]
+    """The knobs the fit moved."""
     cases: int
     """Rows the fit used."""
     tpot_median_ape: float
@@ -90,9 +92,13 @@ def fit_engine(cases: Sequence[Case], engine: str | Engine, *, start: dict[str, 
     only the knobs `names` move, the others keep the engine's values."""
     from scipy.optimize import minimize  # heavy: only a fit needs it
 
-    base = load_engine(engine) if isinstance(engine, str) else engine
+    unknown = sorted(set(names) - set(FITTED))
+    if unknown or not names:
+        raise ValueError(f"knobs to fit: one or more of {', '.join(FITTED)}, got {', '.join(unknown) or 'none'}")
+    given = load_engine(engine) if isinstance(engine, str) else engine
+    first = {n: getattr(given.knobs, n) for n in FITTED} | (start or {})
+    base = with_knobs(given, first)  # the knobs not fitted keep `start`'s values too
     mine = [c for c in cases if c.engine == base.name and c.kind == "closed_loop" and not c.refused]
-    first = {n: getattr(base.knobs, n) for n in FITTED} | (start or {})
     x0 = _from_box(first, names)
 
     def objective(z: np.ndarray) -> float:
@@ -102,7 +108,7 @@ def fit_engine(cases: Sequence[Case], engine: str | Engine, *, start: dict[str, 
                       options={"maxfev": max_evaluations, "xtol": 1e-2, "ftol": 1e-4})
     knobs = first | {k: float(v) for k, v in _to_box(result.x, names).items()}
     final = evaluate_cases(mine, {base.name: with_knobs(base, knobs)})
-    return Fit(engine=base.name, knobs=knobs, cases=len(mine),
+    return Fit(engine=base.name, knobs=knobs, names=tuple(names), cases=len(mine),
                tpot_median_ape=median_ape(final, "tpot_ms"), ttft_median_ape=median_ape(final, "ttft_ms"),
                evaluations=int(result.nfev))
 
@@ -119,7 +125,7 @@ def leave_one_group_out(cases: Sequence[Case], by: str, fits: dict[str, Fit], *,
         engines = {}
         for name, full in fits.items():
             if any(c.engine == name for c in held):
-                refit = fit_engine(rest, name, start=full.knobs, max_evaluations=max_evaluations)
+                refit = fit_engine(rest, name, start=full.knobs, max_evaluations=max_evaluations, names=full.names)
                 engines[name] = with_knobs(load_engine(name), refit.knobs)
         results = evaluate_cases(held, engines)
         out[group] = {"cases": len(held), "predicted": len(log_errors(results, "tpot_ms")),

@@ -99,6 +99,10 @@ class Engine:
     cuda_graph_tiers: tuple[tuple[float, int, int], ...]
     """(GPU memory GiB below which it applies, largest graph batch of a worker of fewer than SMALL_WORKER_GPUS
     GPUs per stage, of a larger one), first match; empty where the default does not follow the GPU."""
+    graphs_to_batch: bool
+    """Whether a pool's batch cap (Pool.batch) also sets the largest graph batch: parplan launches a capped pool
+    with both (export.py: SGLang --max-running-requests and --cuda-graph-max-bs, TensorRT-LLM max_batch_size and
+    cuda_graph_config max_batch_size), so its predictions describe that launch."""
     eager_prefill: bool
     """Whether steps that carry prefill run eagerly (every kernel launched from Python) or as piecewise CUDA
     graphs with only attention launched in between (vLLM)."""
@@ -152,19 +156,23 @@ class Engine:
             out = dataclasses.replace(out, batch_wait=batch_wait)
         if dp_balance is not None and dp_balance.holds:
             out = dataclasses.replace(out, dp_balance=dp_balance)
-        if cuda_graph_max_batch is not None:  # a launch setting replaces the default on every GPU
-            out = dataclasses.replace(out, cuda_graph_max_batch=cuda_graph_max_batch, cuda_graph_tiers=())
+        if cuda_graph_max_batch is not None:  # a launch setting replaces the default on every GPU and pool
+            out = dataclasses.replace(out, cuda_graph_max_batch=cuda_graph_max_batch, cuda_graph_tiers=(),
+                                      graphs_to_batch=False)
         return out
 
-    def graph_batch(self, hbm_gib: float, gpus: np.ndarray) -> np.ndarray:
-        """Largest decode batch replayed as a CUDA graph by a worker of `gpus` GPUs per pipeline stage on a GPU of
-        `hbm_gib` GiB: the first tier below its memory (SGLang's --cuda-graph-max-bs default follows both),
-        else cuda_graph_max_batch."""
+    def graph_batch(self, hbm_gib: float, gpus: np.ndarray, batch: np.ndarray) -> np.ndarray:
+        """Largest decode batch replayed as a CUDA graph by a worker of `gpus` GPUs per pipeline stage, capped at
+        `batch` requests per rank (inf: no cap), on a GPU of `hbm_gib` GiB: the cap where the launch captures up to
+        it (graphs_to_batch), else the first tier below the GPU's memory (SGLang's --cuda-graph-max-bs default
+        follows both), else cuda_graph_max_batch (or the launch setting that replaced it)."""
         gpus = np.asarray(gpus, dtype=float)
+        default = np.full_like(gpus, float(self.cuda_graph_max_batch))
         for limit, small, large in self.cuda_graph_tiers:
             if hbm_gib < limit:
-                return np.where(gpus < SMALL_WORKER_GPUS, float(small), float(large))
-        return np.full_like(gpus, float(self.cuda_graph_max_batch))
+                default = np.where(gpus < SMALL_WORKER_GPUS, float(small), float(large))
+                break
+        return np.where(self.graphs_to_batch & np.isfinite(batch), batch, default)
 
     def default_kv_dtype(self, weights: str) -> str:
         """The KV-cache format the engine picks when not told, for weights stored as `weights`."""
@@ -244,6 +252,7 @@ class _EngineFields:
     memory_fraction: float
     reserve_gib: float
     cuda_graph_max_batch: int
+    graphs_to_batch: bool
     eager_prefill: bool
     overlap_scheduler: bool
     batch_waiting: bool

@@ -8,7 +8,7 @@ on one deployment and returns a `ServingEstimate`, which `serve explain` prints.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,10 +44,22 @@ class Traffic:
 
     @classmethod
     def of(cls, workload: Workload, size: int = 1) -> Traffic:
-        ones = np.ones(size)
-        return cls(isl=workload.mean_isl * ones, osl=workload.mean_osl * ones, prompt=workload.prefill_tokens * ones,
-                   concurrency=float(workload.concurrency or 0) * ones, mtp=workload.mtp,
-                   acceptance=workload.acceptance)
+        return cls.of_many([workload] * size)
+
+    @classmethod
+    def of_many(cls, workloads: Sequence[Workload]) -> Traffic:
+        """One entry per workload, each served at its mean lengths; they share their speculative decoding."""
+        spec = {(w.mtp, w.acceptance) for w in workloads}
+        if len(spec) != 1:
+            raise ValueError(f"one speculative decoding per Traffic, got {sorted(spec)}")
+        (mtp, acceptance), = spec
+
+        def column(value: Callable[[Workload], float]) -> np.ndarray:
+            return np.array([value(w) for w in workloads], dtype=float)
+
+        return cls(isl=column(lambda w: w.mean_isl), osl=column(lambda w: w.mean_osl),
+                   prompt=column(lambda w: w.prefill_tokens), concurrency=column(lambda w: w.concurrency or 0),
+                   mtp=mtp, acceptance=acceptance)
 
     def part(self, start: int, stop: int, size: int) -> Traffic:
         """Entries start:stop of a workload of `size` deployments."""

@@ -138,12 +138,13 @@ class ServingMemory:
 def sglang_reserve_gib(engine: Engine, hbm_gib: float, chunk_tokens: float, lay: PoolArrays) -> np.ndarray:
     """What SGLang keeps out of its static memory pool (server_args.py @469c63e, mem_fraction_static =
     (gpu_mem − reserved_mem) / gpu_mem), MB: 512 of metadata, 1.5 per prefill token of the chunk (at least
-    2048), 2 per CUDA-graph batch, 1024 per 8 GPUs of tp·pp, under DP attention 3 more per graph batch and
+    2048), 2 per CUDA-graph batch, 1024 per 8 GPUs of tp·dp·pp, under DP attention 3 more per graph batch and
     rank (4.5 above a graph batch of 300), and at least engine.reserve_gib on GPUs above 60 GB. The graph batch
-    is the engine's default for the GPU and worker (--cuda-graph-max-bs, Engine.graph_batch), or the pool's batch
-    where one is set (as serve plan emits)."""
-    graphs = np.minimum(engine.graph_batch(hbm_gib, lay.tp * lay.dp), lay.batch)
-    mb = 512.0 + 1.5 * max(chunk_tokens, 2048.0) + 2.0 * graphs + lay.tp * lay.pp / 8.0 * 1024.0
+    is the engine's default for the GPU and worker (--cuda-graph-max-bs, Engine.graph_batch), at most the pool's
+    batch, and that batch where the launch captures up to it (Engine.graphs_to_batch, as serve plan emits)."""
+    graphs = np.minimum(engine.graph_batch(hbm_gib, lay.tp * lay.dp, lay.batch), lay.batch)
+    # SGLang's tp_size counts every GPU of a stage, its attention-DP ranks included (--tp-size = tp·dp here)
+    mb = 512.0 + 1.5 * max(chunk_tokens, 2048.0) + 2.0 * graphs + lay.tp * lay.dp * lay.pp / 8.0 * 1024.0
     mb = mb + np.where(lay.dp > 1, graphs * lay.dp * np.where(graphs > 300, 4.5, 3.0), 0.0)
     if hbm_gib * GIB > 60e9:
         mb = np.maximum(mb, engine.reserve_gib * 1024.0)

@@ -206,7 +206,7 @@ def explain_command(plan: ServePlan, cand: Candidate) -> str:
     if w.prefix_hit:
         words.append(f"--prefix-hit {w.prefix_hit:g}")
     if w.range_ratio < 1:
-        words.append(f"--range-ratio {w.range_ratio:g}")
+        words.append(f"--range-ratio {w.range_ratio!r}")
     if w.mtp:
         words.append(f"--mtp {w.mtp} --acceptance {w.acceptance:g}")
     if plan.chunk_tokens is not None:

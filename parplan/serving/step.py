@@ -343,15 +343,15 @@ class StepModel:
         elem_bytes = tokens * ACT_BYTES * (m.layers * ELEMENTWISE_PASSES * m.hidden + width)
         elementwise = memory_bound_time(gpu, elem_bytes, m.layers * LAYER_KERNELS)
         eng = self.engine
+        captured = eng.graph_batch(gpu.hbm_gib, lay.tp * lay.dp, lay.batch)
         if mixed:
             # Piecewise graphs (where the engine has them) launch only the attention cores in between; they are
             # captured for steps of up to cuda_graph_max_batch tokens (vLLM's capture sizes count a step's
             # tokens), and a longer step runs every kernel eagerly.
-            captured = eng.graph_batch(gpu.hbm_gib, lay.tp * lay.dp)
             piecewise = np.where(tokens > captured, self.kernels(), float(soft + lin_layers))
             launched = self.kernels() if eng.eager_prefill else piecewise
         else:  # decode steps replay CUDA graphs up to the captured batch size
-            launched = np.where(n_dec > eng.graph_batch(gpu.hbm_gib, lay.tp * lay.dp), self.kernels(), 0.0)
+            launched = np.where(n_dec > captured, self.kernels(), 0.0)
         # Eager steps dispatch from Python with synchronisations inside (MoE routing counts, scheduling), so the
         # launches do not hide behind the GPU work: they add to it, unless the engine launches a step while the
         # GPU still runs the one before (an overlap scheduler): then the step takes the longer of the two.

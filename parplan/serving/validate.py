@@ -50,8 +50,11 @@ precision, mode and each launch setting) is the group's."""
 def _group_key(case: Case) -> tuple:
     d = case.deployment
     assert d is not None
-    return (case.model, case.cluster, *(getattr(d, f.name) for f in fields(d)
-                                        if f.name not in _LAYOUT_FIELDS))
+    w = case.workload
+    assert w is not None
+    # one Traffic per group: its speculative decoding is one for all (Traffic.of_many)
+    return (case.model, case.cluster, w.mtp, w.acceptance, *(getattr(d, f.name) for f in fields(d)
+                                                             if f.name not in _LAYOUT_FIELDS))
 
 
 @functools.lru_cache(maxsize=256)
@@ -69,10 +72,7 @@ def _evaluate_group(cases: list[Case], engine: Engine) -> list[dict[str, float]]
     d0 = first.deployment
     assert d0 is not None and first.cluster is not None
     model, cluster = _model(first.model), _cluster(first.cluster)
-    traffic = Traffic(isl=np.array([c.workload.mean_isl for c in cases], dtype=float),  # type: ignore[union-attr]
-                      osl=np.array([c.workload.mean_osl for c in cases], dtype=float),  # type: ignore[union-attr]
-                      prompt=np.array([c.workload.prefill_tokens for c in cases], dtype=float),  # type: ignore[union-attr]
-                      concurrency=np.array([c.workload.concurrency for c in cases], dtype=float))  # type: ignore[union-attr]
+    traffic = Traffic.of_many([c.workload for c in cases])  # type: ignore[misc]
     if d0.mode == "aggregated":
         lay = PoolArrays.from_pools([c.deployment.pool for c in cases])  # type: ignore[union-attr,misc]
         ev = evaluate_aggregated(model, cluster, engine, d0.precision, lay, traffic, d0.chunk_tokens)
