@@ -225,6 +225,24 @@ def test_prefill_first_engine_stays_phase_locked():
             > evaluate_aggregated(m, cl, vllm, prec, lay, traffic).phase.ttft[0])
 
 
+def test_the_longest_request_must_fit_at_its_last_token():
+    """Llama 3.1 70B on two H100 (TP2, fp8 weights, vLLM's bf16 KV cache: 80 layers × K and V × 4 KV heads per GPU
+    × 128 × 2 bytes = 163,840 bytes per token per GPU), with --gpu-memory-utilization 0.48, leaves between 1.875
+    and 2.5 GiB of KV cache. A resident request of 8,192 in and 8,192 out holds 8,192 + 8,192/2 = 12,288 tokens on
+    average (1.875 GiB), but 16,384 (2.5 GiB) at its last token: the GPU cannot finish it, and says so. Drawn
+    from 0.5-1× the lengths, the longest request is still 8,192 + 8,192; at 4,096 + 4,096 (1.25 GiB) it fits."""
+    d = Deployment(engine="vllm", precision=Precision(gemm="fp8", moe="fp8"), pool=Pool(tp=2), memory_fraction=0.48)
+    per_token = 80 * 2 * 4 * 128 * 2 / 2**30  # GiB per token per GPU
+    for work in (Workload(isl=8192, osl=8192, concurrency=1), Workload(isl=8192, osl=8192, concurrency=1,
+                                                                        range_ratio=0.5)):
+        est = serve_evaluate(LLAMA70, "h100", d, work)
+        mem = est.memory["aggregated"]
+        assert 12_288 * per_token <= mem["kv_cache_gib"] < 16_384 * per_token and mem["max_batch_per_rank"] >= 1
+        assert any("the longest request needs 2.50 GiB of KV cache" in n for n in est.notes)
+    short = serve_evaluate(LLAMA70, "h100", d, Workload(isl=4096, osl=4096, concurrency=1))
+    assert not any("does not fit" in n for n in short.notes)
+
+
 def test_open_loop_rate():
     """At 2 requests/s a deployment completes 2 requests/s; at 10,000 it is overloaded, with the reason."""
     d = Deployment(engine="vllm", precision=Precision(gemm="fp8", moe="fp8"), pool=Pool(tp=8))

@@ -41,6 +41,9 @@ class Traffic:
     """Requests in flight over the whole deployment."""
     mtp: int = 0
     acceptance: float = 0.0
+    longest: tuple[np.ndarray, np.ndarray] | None = None
+    """Input and output tokens of the longest request (Workload.isl and osl: a client draws none longer); None:
+    every request has isl and osl tokens."""
 
     @classmethod
     def of(cls, workload: Workload, size: int = 1) -> Traffic:
@@ -59,14 +62,21 @@ class Traffic:
 
         return cls(isl=column(lambda w: w.mean_isl), osl=column(lambda w: w.mean_osl),
                    prompt=column(lambda w: w.prefill_tokens), concurrency=column(lambda w: w.concurrency or 0),
-                   mtp=mtp, acceptance=acceptance)
+                   mtp=mtp, acceptance=acceptance, longest=(column(lambda w: w.isl), column(lambda w: w.osl)))
 
     def part(self, start: int, stop: int, size: int) -> Traffic:
         """Entries start:stop of a workload of `size` deployments."""
         def cut(x: np.ndarray) -> np.ndarray:
             return np.broadcast_to(x, (size,))[start:stop]
+        longest = None if self.longest is None else (cut(self.longest[0]), cut(self.longest[1]))
         return dataclasses.replace(self, isl=cut(self.isl), osl=cut(self.osl), prompt=cut(self.prompt),
-                                   concurrency=cut(self.concurrency))
+                                   concurrency=cut(self.concurrency), longest=longest)
+
+    @property
+    def peak(self) -> tuple[np.ndarray, np.ndarray]:
+        """Input and output tokens of the longest request: the KV cache it needs at its last token decides
+        whether a GPU can serve the workload at all (the mean lengths decide how many requests it holds)."""
+        return (self.isl, self.osl) if self.longest is None else self.longest
 
     @property
     def spec(self) -> float:
@@ -129,7 +139,7 @@ def evaluate_aggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine, 
             open_loop), size)
     k = float(chunk or engine.default_chunk_tokens(cluster.gpu))
     mem = serving_memory(model, cluster, engine, precision, lay, k, resident_tokens(engine, traffic.isl, traffic.osl),
-                         mtp=traffic.mtp > 0)
+                         peak_tokens=sum(traffic.peak), mtp=traffic.mtp > 0)
     sm = StepModel(model, cluster, engine, precision, lay)
     ranks = lay.workers * lay.dp
     phase = aggregated(sm, isl=traffic.isl, osl=traffic.osl, prompt=traffic.prompt,
@@ -159,8 +169,9 @@ def evaluate_disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engin
     """Disaggregated deployments: a prefill pool and a decode pool sharing the concurrency."""
     k = float(chunk or engine.default_chunk_tokens(cluster.gpu))
     seq = resident_tokens(engine, traffic.isl, traffic.osl)
-    p_mem = serving_memory(model, cluster, engine, precision, prefill, k, traffic.isl)
-    d_mem = serving_memory(model, cluster, engine, precision, decode, k, seq, mtp=traffic.mtp > 0)
+    p_mem = serving_memory(model, cluster, engine, precision, prefill, k, traffic.isl, peak_tokens=traffic.peak[0])
+    d_mem = serving_memory(model, cluster, engine, precision, decode, k, seq, peak_tokens=sum(traffic.peak),
+                           mtp=traffic.mtp > 0)
     xfer = kv_transfer_time(model, cluster, precision.kv_cache, traffic.isl, prefill, decode)
     slots = _max_running(engine, d_mem, decode)
     phase = disaggregated(StepModel(model, cluster, engine, precision, prefill),
@@ -222,6 +233,7 @@ def _memory_dict(mem: ServingMemory) -> dict[str, float]:
         "reserved_gib": float(mem.reserved_gib[0]),
         "kv_cache_gib": float(mem.kv_gib[0]),
         "kv_per_request_gib": float(np.ravel(mem.sequence_gib)[0]),
+        "kv_longest_request_gib": float(np.ravel(mem.peak_gib)[0]),
         "max_batch_per_rank": float(mem.max_batch[0]),
     }
 
@@ -339,7 +351,10 @@ def serve_evaluate(model: str | ModelSpec, cluster: str | ClusterSpec, deploymen
         mems = [ev.prefill_memory, ev.decode_memory]
         requests = float(ph.throughput[0])
     for mem, role in zip(mems, memory, strict=True):
-        if not mem.fits[0]:
+        if not mem.fits[0] and mem.max_batch[0] >= 1:
+            notes.append(f"{role}: does not fit: the longest request needs {float(mem.peak_gib[0]):.2f} GiB of KV "
+                         f"cache per GPU at its last token, more than the {float(mem.kv_gib[0]):.2f} GiB left")
+        elif not mem.fits[0]:
             notes.append(f"{role}: does not fit: {float(mem.weights_gib[0]):.1f} GiB of weights leave no room for "
                          f"one request's KV cache on a {mem.hbm_gib:.0f} GiB GPU")
     if overloaded[0]:

@@ -123,6 +123,8 @@ class ServingMemory:
     """KV cache per GPU."""
     sequence_gib: np.ndarray
     """KV cache one resident request takes per GPU (whole pages)."""
+    peak_gib: np.ndarray
+    """KV cache the longest request takes per GPU at its last token (whole pages)."""
     max_batch: np.ndarray
     """Requests one attention rank can hold."""
 
@@ -132,7 +134,9 @@ class ServingMemory:
 
     @property
     def fits(self) -> np.ndarray:
-        return self.max_batch >= 1
+        """Whether the KV cache holds a resident request and the longest request at its last token (an engine
+        refuses to start, or cannot finish a request, otherwise)."""
+        return (self.max_batch >= 1) & (self.kv_gib >= self.peak_gib)
 
 
 def sglang_reserve_gib(engine: Engine, hbm_gib: float, chunk_tokens: float, lay: PoolArrays) -> np.ndarray:
@@ -158,9 +162,11 @@ def resident_tokens(engine: Engine, isl: np.ndarray, osl: np.ndarray) -> np.ndar
 
 
 def serving_memory(model: ModelSpec, cluster: ClusterSpec, engine: Engine, precision: Precision, lay: PoolArrays,
-                   chunk_tokens: float, seq_tokens: np.ndarray | float, *, mtp: bool = False) -> ServingMemory:
+                   chunk_tokens: float, seq_tokens: np.ndarray | float, *,
+                   peak_tokens: np.ndarray | float | None = None, mtp: bool = False) -> ServingMemory:
     """Weights, activations, engine reserve and KV cache per GPU; the batch the KV cache holds at
-    `seq_tokens` per request (resident_tokens)."""
+    `seq_tokens` per request (resident_tokens), and whether it holds the longest request's `peak_tokens` (its
+    input and output; default `seq_tokens`)."""
     hbm = cluster.gpu.hbm_gib
     weights = weight_bytes(model, precision, lay, mtp=mtp)
     act = activation_bytes(model, lay, chunk_tokens) / GIB
@@ -180,6 +186,8 @@ def serving_memory(model: ModelSpec, cluster: ClusterSpec, engine: Engine, preci
         kv = hbm - w - reserved
     kv = np.maximum(kv, 0.0)
     seq = gpu_sequence_bytes(model, precision.kv_cache, seq_tokens, lay.tp, lay.pp, engine.kv_block_tokens) / GIB
+    peak = seq if peak_tokens is None else gpu_sequence_bytes(model, precision.kv_cache, peak_tokens, lay.tp, lay.pp,
+                                                              engine.kv_block_tokens) / GIB
     max_batch = np.floor(kv / seq)
     return ServingMemory(hbm_gib=hbm, weights=weights, activations_gib=act, reserved_gib=reserved, kv_gib=kv,
-                         sequence_gib=seq, max_batch=max_batch)
+                         sequence_gib=seq, peak_gib=np.broadcast_to(peak, np.shape(kv)), max_batch=max_batch)

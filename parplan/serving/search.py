@@ -170,7 +170,8 @@ def search_aggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine, pr
 
     def run(c: np.ndarray) -> AggregatedEval:
         t = Traffic(isl=traffic.isl[0] * one, osl=traffic.osl[0] * one, prompt=traffic.prompt[0] * one,
-                    concurrency=c, mtp=traffic.mtp, acceptance=traffic.acceptance)
+                    concurrency=c, mtp=traffic.mtp, acceptance=traffic.acceptance,
+                    longest=(traffic.peak[0][0] * one, traffic.peak[1][0] * one))
         return evaluate_aggregated(model, cluster, engine, precision, big, t, chunk, open_loop=rate is not None)
 
     if rate is not None:  # the concurrency that carries the rate, per layout
@@ -217,6 +218,7 @@ def search_disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine,
     with the prefill workers that match the decode pool's rate (plus headroom)."""
     k = float(chunk or engine.default_chunk_tokens(cluster.gpu))
     isl, osl, prompt = (float(traffic.isl[0]), float(traffic.osl[0]), float(traffic.prompt[0]))
+    max_isl, max_osl = (float(traffic.peak[0][0]), float(traffic.peak[1][0]))
     sizes = [s for s in worker_sizes(cluster, gpus) if s < gpus]
     pre_pools = [p for s in sizes for p in worker_layouts(model, cluster, engine, precision, s, max_pp=max_pp,
                                                           redundant=redundant)]
@@ -227,10 +229,10 @@ def search_disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine,
     # --- prefill: one evaluation per layout
     p_lay = PoolArrays.from_pools(pre_pools)
     ones_p = np.ones(len(p_lay))
-    p_mem = serving_memory(model, cluster, engine, precision, p_lay, k, isl * ones_p)
+    p_mem = serving_memory(model, cluster, engine, precision, p_lay, k, isl * ones_p, peak_tokens=max_isl)
     pre = StepModel(model, cluster, engine, precision, p_lay)
     service = prefill_service(pre, isl * ones_p, prompt * ones_p, k, p_lay.batch)
-    p_fits = p_mem.max_batch >= service.prompts
+    p_fits = (p_mem.max_batch >= service.prompts) & p_mem.fits
     # --- decode: one evaluation per layout and batch
     grid = np.array(RANK_CONCURRENCY, float)
     d_idx = np.repeat(np.arange(len(dec_pools)), len(grid))
@@ -238,11 +240,12 @@ def search_disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine,
     d_lay = dataclasses.replace(PoolArrays.from_pools(dec_pools).take(d_idx), batch=batch)
     ones_d = np.ones(len(d_lay))
     d_mem = serving_memory(model, cluster, engine, precision, d_lay, k,
-                           resident_tokens(engine, isl * ones_d, osl * ones_d), mtp=traffic.mtp > 0)
+                           resident_tokens(engine, isl * ones_d, osl * ones_d), peak_tokens=max_isl + max_osl,
+                           mtp=traffic.mtp > 0)
     dec = StepModel(model, cluster, engine, precision, d_lay)
     step, tpot, decode_time = decode_state(dec, batch, isl * ones_d, osl * ones_d, traffic.spec,
                                            traffic.tokens_per_step)
-    d_fits = d_mem.max_batch >= batch
+    d_fits = (d_mem.max_batch >= batch) & d_mem.fits
     per_worker_rate = d_lay.dp * batch / decode_time  # requests/s one decode worker emits at this batch
     # --- combinations: decode candidate × decode workers × prefill layout × headroom, within the GPUs
     p_keep = np.flatnonzero(p_fits)
