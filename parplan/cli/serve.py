@@ -25,7 +25,7 @@ from parplan.names import A2A_BACKENDS, ENGINES, KV_DTYPES
 
 if TYPE_CHECKING:
     from parplan.serving.evaluate import ServingEstimate
-    from parplan.serving.spec import Pool, Precision, Workload
+    from parplan.serving.spec import Deployment, Pool, Precision, Workload
 
 app = typer.Typer(help="Serving deployments: explain one, or plan the best under latency targets.",
                   no_args_is_help=True)
@@ -243,7 +243,7 @@ def show_serving(est: ServingEstimate) -> None:
         console.print(f"note: {note}", highlight=False)
 
 
-def _launch_settings(d: Any) -> str:
+def _launch_settings(d: Deployment) -> str:
     """The launch settings a deployment states beyond the engine's defaults, in words."""
     parts = []
     if d.chunk_tokens:

@@ -56,7 +56,7 @@ def loss(results: Sequence[CaseResult]) -> float:
     return TPOT_WEIGHT * float(np.mean(np.minimum(tpot, CAP_TPOT))) + float(np.mean(np.minimum(ttft, CAP_TTFT)))
 
 
-def _to_box(z: np.ndarray, names: Sequence[str] = FITTED) -> dict[str, float]:
+def _to_box(z: np.ndarray, names: Sequence[str]) -> dict[str, float]:
     out = {}
     for name, value in zip(names, z, strict=True):
         lo, hi = BOUNDS[name]
@@ -64,7 +64,7 @@ def _to_box(z: np.ndarray, names: Sequence[str] = FITTED) -> dict[str, float]:
     return out
 
 
-def _from_box(values: dict[str, float], names: Sequence[str] = FITTED) -> np.ndarray:
+def _from_box(values: dict[str, float], names: Sequence[str]) -> np.ndarray:
     z = []
     for name in names:
         lo, hi = BOUNDS[name]

@@ -46,8 +46,8 @@ class Traffic:
     every request has isl and osl tokens."""
 
     @classmethod
-    def of(cls, workload: Workload, size: int = 1) -> Traffic:
-        return cls.of_many([workload] * size)
+    def of(cls, workload: Workload) -> Traffic:
+        return cls.of_many([workload])
 
     @classmethod
     def of_many(cls, workloads: Sequence[Workload]) -> Traffic:
@@ -65,7 +65,7 @@ class Traffic:
                    mtp=mtp, acceptance=acceptance, longest=(column(lambda w: w.isl), column(lambda w: w.osl)))
 
     def part(self, start: int, stop: int, size: int) -> Traffic:
-        """Entries start:stop of a workload of `size` deployments."""
+        """Entries start:stop of a workload of `size` deployments (a one-entry workload serves them all)."""
         def cut(x: np.ndarray) -> np.ndarray:
             return np.broadcast_to(x, (size,))[start:stop]
         longest = None if self.longest is None else (cut(self.longest[0]), cut(self.longest[1]))

@@ -166,12 +166,9 @@ def search_aggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine, pr
         big = lay.take(np.repeat(np.arange(len(pools)), per_rank.shape[1]))
         # the engine runs at most the requests it is given per rank (max running requests, CUDA-graph batch)
         big = dataclasses.replace(big, batch=np.ceil(per_rank.ravel() - 1e-9))
-    one = np.ones(len(big))
 
     def run(c: np.ndarray) -> AggregatedEval:
-        t = Traffic(isl=traffic.isl[0] * one, osl=traffic.osl[0] * one, prompt=traffic.prompt[0] * one,
-                    concurrency=c, mtp=traffic.mtp, acceptance=traffic.acceptance,
-                    longest=(traffic.peak[0][0] * one, traffic.peak[1][0] * one))
+        t = dataclasses.replace(traffic.part(0, len(big), len(big)), concurrency=c)
         return evaluate_aggregated(model, cluster, engine, precision, big, t, chunk, open_loop=rate is not None)
 
     if rate is not None:  # the concurrency that carries the rate, per layout
