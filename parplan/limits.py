@@ -25,7 +25,8 @@ bound refuses only the absurd (a billion drafts would hang the step model)."""
 MAX_BATCH_WAIT_ITERS = 10_000
 """Most steps a serving deployment may hold new prompts for (TensorRT-LLM batch_wait_timeout_iters, and
 attention_dp_config timeout_iters and batching_wait_iters): over a hundred and fifty times the largest published
-setting (50 and 60 in InferenceX's TensorRT-LLM recipes); only the absurd is refused."""
+setting (50 and 60 in InferenceX's TensorRT-LLM recipes); only the absurd is refused. It bounds SGLang's
+--scheduler-recv-interval too (decode steps between polls for new requests; 30 in InferenceX's recipes)."""
 MAX_RATE = 1e9
 """Most requests per second a serving workload may state: only the absurd is refused (a rate that overflows the
 queueing arithmetic)."""

@@ -361,6 +361,37 @@ def test_batch_wait_trades_first_token_for_fewer_prefill_steps():
         BatchWait(iters=20, ratio=1.5)
 
 
+def _sglang_70b(concurrency: int, recv_interval: int | None = None):
+    dep = Deployment(engine="sglang", precision=Precision.parse("fp8"), pool=Pool(tp=8), recv_interval=recv_interval)
+    return serve_evaluate(LLAMA70, "h200", dep, Workload(isl=1024, osl=1024, concurrency=concurrency))
+
+
+def test_a_spaced_poll_delays_the_first_token_by_half_its_decode_steps():
+    """InferenceX's DeepSeek-R1 SGLang recipes (benchmarks/single_node/dsr1_fp8_b200.sh) launch
+    --scheduler-recv-interval 30 from 16 requests in flight: SGLang's SchedulerRecvSkipper
+    (python/sglang/srt/managers/scheduler_recv_skipper.py) then takes new requests every 30 decode steps, and at
+    once after a prefill step. A request arriving while others decode waits for the next poll, (30 − 1)/2 = 14.5
+    decode steps more on average (half a step was already counted), on the share of steps that only decode.
+    TPOT does not change: the decoding batch runs the same steps."""
+    base, spaced = _sglang_70b(32), _sglang_70b(32, 30)
+    decode_only = 1.0 - spaced.state["mixed_step_share"]
+    assert spaced.ttft_ms - base.ttft_ms == pytest.approx(14.5 * decode_only * spaced.steps["decode"]["total"] * 1e3,
+                                                          rel=1e-9)
+    assert spaced.tpot_ms == pytest.approx(base.tpot_ms, rel=1e-12)
+    # alone, no one decodes when the request arrives: the scheduler's idle loop polls at once
+    assert _sglang_70b(1, 30).ttft_ms == pytest.approx(_sglang_70b(1).ttft_ms, rel=1e-12)
+    assert _sglang_70b(32, 1).ttft_ms == pytest.approx(base.ttft_ms, rel=1e-12)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "trtllm"])
+def test_only_sglang_spaces_its_polls(engine):
+    with pytest.raises(InvalidStrategyError, match="polls for new requests every step"):
+        serve_evaluate(LLAMA70, "h200", Deployment(engine=engine, precision=Precision.parse("fp8"), pool=Pool(tp=8),
+                                                   recv_interval=30), Workload(isl=1024, osl=1024, concurrency=32))
+    with pytest.raises(ConfigError, match="recv_interval"):
+        Deployment(engine=engine, precision=Precision.parse("fp8"), pool=Pool(tp=8), recv_interval=0)
+
+
 @pytest.mark.parametrize("engine", ["vllm", "trtllm"])
 def test_an_fp8_kv_cache_speeds_decode_attention_where_read_natively(engine):
     """An fp8 cache holds twice the tokens in every engine, but only a kernel that reads it natively

@@ -192,10 +192,32 @@ def test_launch_columns_reach_the_deployment():
     (",,,,,,,,,,999,0.5,", "field 'mtp': row 1: must lie in 0..64"),
     (",,,,,,,,,,,0.7,", "field 'mtp': row 1: an acceptance rate (mtp_acceptance) needs the tokens drafted a step"),
     (",,,,,,,,,,,,0", "field 'cuda_graph_max_batch': row 1: must be >= 1"),
+    (",,,,,,,,,,,,,0", "field 'recv_interval': row 1: must be >= 1"),
+    (",,,,,,,,,,,,,99999", "field 'recv_interval': row 1: must lie in 1..10,000"),
 ])
 def test_malformed_launch_cells(run_cli, tmp_path, cells, message):
     code, _, err = run_cli("validate", "--serving", _write(tmp_path, HEADER + LAUNCH + "\n" + ROW + cells + "\n"))
     assert code == 1 and message in err and "Traceback" not in err
+
+
+def test_recv_interval_column_and_option(run_cli, run_json):
+    """An SGLang row launched with --scheduler-recv-interval 30 (InferenceX's DeepSeek-R1 recipes from 16 in flight)
+    carries it to the deployment, and `serve explain --recv-interval` states it in words and in the JSON."""
+    from parplan.serving.cases import read_measured_csv
+
+    sglang = ROW.replace(",vllm,0.19.0,", ",sglang,0.5.9,")
+    text = HEADER + LAUNCH + "\n" + sglang + ",,,,,,,,,,,,,30\n" + sglang.replace("r1,", "r2,") + ",,,,,,,,,,,,,\n"
+    spaced, plain = (c.deployment for c in read_measured_csv("rows.csv", text))
+    assert (spaced.recv_interval, plain.recv_interval) == (30, None)
+    args = ("serve", "explain", "-m", "meta-llama/Llama-3.1-70B", "-c", "h200", "--engine", "sglang", "--precision",
+            "fp8", "--tp", "8", "--concurrency", "32", "--recv-interval", "30")
+    code, out, err = run_cli(*args)
+    assert code == 0, err
+    assert "new requests polled every 30 decode steps" in " ".join(out.split())
+    assert run_json(*args)["deployment"]["recv_interval"] == 30
+    code, _, err = run_cli("serve", "explain", "-m", "meta-llama/Llama-3.1-70B", "-c", "h200", "--tp", "8",
+                           "--concurrency", "32", "--recv-interval", "30")
+    assert code == 1 and "vLLM polls for new requests every step" in err and "Traceback" not in err
 
 
 def test_range_ratio_column_reaches_the_workload(run_cli, tmp_path):

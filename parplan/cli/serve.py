@@ -166,6 +166,10 @@ def explain(
         help="Largest step replayed as a CUDA graph: vLLM --max-cudagraph-capture-size (a step's tokens), SGLang "
              "--cuda-graph-max-bs, TensorRT-LLM cuda_graph_config max_batch_size (decode sequences). Default: "
              "the engine's.")] = None,
+    recv_interval: Annotated[int | None, typer.Option(
+        min=1, max=MAX_BATCH_WAIT_ITERS,
+        help="SGLang --scheduler-recv-interval: decode steps between the scheduler's polls for new requests "
+             "(default 1: every step).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """TTFT, TPOT, throughput per GPU and per user, and memory per GPU of one serving deployment."""
@@ -197,11 +201,12 @@ def explain(
             deployment = Deployment(engine=engine, precision=prec, mode="disaggregated",
                                     prefill=parse_pool(prefill, "--prefill"), decode=parse_pool(decode, "--decode"),
                                     chunk_tokens=chunk_tokens, memory_fraction=memory_fraction, batch_wait=wait,
-                                    dp_balance=balance, cuda_graph_max_batch=cuda_graph_max_batch)
+                                    dp_balance=balance, cuda_graph_max_batch=cuda_graph_max_batch,
+                                    recv_interval=recv_interval)
         else:
             deployment = Deployment(engine=engine, precision=prec, pool=pool, chunk_tokens=chunk_tokens,
                                     memory_fraction=memory_fraction, batch_wait=wait, dp_balance=balance,
-                                    cuda_graph_max_batch=cuda_graph_max_batch)
+                                    cuda_graph_max_batch=cuda_graph_max_batch, recv_interval=recv_interval)
     with usage_errors(_OPTIONS):  # the workload against the model's context
         est = serve_evaluate(spec, cluster, deployment, workload)
     if json_out:
@@ -254,6 +259,8 @@ def _launch_settings(d: Deployment) -> str:
         parts.append(f"CUDA graphs up to {d.cuda_graph_max_batch:,}")
     if d.overlap_scheduler is not None:
         parts.append(f"overlap scheduler {'on' if d.overlap_scheduler else 'off'}")
+    if d.recv_interval is not None and d.recv_interval > 1:
+        parts.append(f"new requests polled every {d.recv_interval} decode steps")
     if d.batch_wait is not None and d.batch_wait.holds:
         parts.append(f"batch waiting up to {d.batch_wait.iters} steps or {d.batch_wait.ratio:g} of the budget")
     if d.dp_balance is not None and d.dp_balance.holds:

@@ -31,6 +31,9 @@ Where the deployment turns on TensorRT-LLM's batch waiting, a new prompt is held
 enough prompts gather or a number of steps pass (batch_wait below), and those held go as one burst. Its
 attention-DP balance holds prompts until every DP rank has one, or a number of steps pass (dp_balance below):
 then all ranks prefill in the same steps, and a step carries prefill only as often as one rank's prompts need.
+Where the scheduler polls for new requests only every N decode steps (SGLang's --scheduler-recv-interval), a
+request that arrives while others decode waits for the next poll, (N − 1)/2 decode steps more on average; a step
+that carries prefill is followed by a poll at once, so only the share of steps that only decode is spaced out.
 Little's law closes the loop: throughput X = R / latency, and the C − R requests that find no slot (the KV
 cache or the engine's max running requests being full), or that the prefill budget cannot absorb, queue:
 TTFT = C/X − (OSL − 1)·TPOT.
@@ -209,7 +212,9 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
         rest = prompt - (n_p - 1.0) * budget
         last = with_prefill(rest / pp, prefix + prompt - rest / 2.0, 1.0 / pp)[1]
         prefill = np.where((n_p > 1) & (n_p >= own_steps), (n_p - 1.0) * mix_total + last, prefill)
-    own = eng.knobs.request_ms * 1e-3 + 0.5 * mean_step + prefill + held * dec.total
+    # A request that arrives while others decode waits for the scheduler's next poll (Engine.recv_interval).
+    polled = np.where(running > 1, (eng.recv_interval - 1.0) / 2.0 * (1.0 - step_share), 0.0)
+    own = eng.knobs.request_ms * 1e-3 + 0.5 * mean_step + prefill + (held + polled) * dec.total
     decode_time = np.maximum(osl - 1, 0) * tpot
     throughput = np.minimum(running / (own + decode_time), capped / mean_step)
     in_flight_time = np.divide(concurrency, throughput, out=np.full_like(throughput, np.inf), where=throughput > 0)

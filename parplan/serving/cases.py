@@ -23,6 +23,7 @@ from typing import Any
 
 from parplan._input import read_text
 from parplan.errors import ConfigError, ParplanError
+from parplan.limits import MAX_BATCH_WAIT_ITERS
 from parplan.names import KV_DTYPES
 from parplan.serving.engines import load_engine
 from parplan.serving.spec import BatchWait, Deployment, DpBalance, Pool, Precision, Workload, check_memory_fraction
@@ -70,7 +71,7 @@ speculative decoding, which the rows do not record), so they keep SGLang's defau
 
 LAUNCH_COLUMNS = ("kv_cache_dtype", "chunk_tokens", "memory_fraction", "overlap_scheduler", "batch_wait_iters",
                   "batch_wait_ratio", "dp_balance_timeout_iters", "dp_balance_wait_iters", "max_running", "mtp",
-                  "mtp_acceptance", "cuda_graph_max_batch")
+                  "mtp_acceptance", "cuda_graph_max_batch", "recv_interval")
 """Optional columns: the settings a row's engine was launched with, where the file knows them (aiconfigurator's
 export carries none). A filled cell replaces what the reader otherwise assumes for the row: the engine's default
 KV-cache format for the weights (`auto` keeps it), the token budget of MEASURED_BUDGET_SPARE, the engine's memory
@@ -79,7 +80,9 @@ columns, TensorRT-LLM's batch_wait_timeout_iters and batch_wait_max_tokens_ratio
 (DpBalance: TensorRT-LLM's attention_dp_config with enable_balance, its timeout_iters and batching_wait_iters, the
 latter 0 when empty), speculative decoding (mtp: tokens drafted a step, with mtp_acceptance the chance each
 is accepted, Workload.mtp and acceptance; a row that drafted without a recorded acceptance is refused, since the
-acceptance sets its TPOT), the largest step captured as a CUDA graph (Deployment.cuda_graph_max_batch), and the
+acceptance sets its TPOT), the largest step captured as a CUDA graph (Deployment.cuda_graph_max_batch), the
+decode steps between the scheduler's polls for new requests (Deployment.recv_interval: SGLang
+--scheduler-recv-interval), and the
 engine's cap on running requests (max_running: per attention rank of an aggregated worker, Pool.batch; vLLM
 --max-num-seqs, SGLang --max-running-requests over its dp ranks, TensorRT-LLM max_batch_size)."""
 
@@ -234,6 +237,9 @@ def _launch(row: _Row) -> dict[str, Any]:
     if acceptance is not None and not mtp:
         raise row.error("mtp", "an acceptance rate (mtp_acceptance) needs the tokens drafted a step")
     fraction = row.finite("memory_fraction")
+    recv = row.int("recv_interval", minimum=1)
+    if recv is not None and recv > MAX_BATCH_WAIT_ITERS:
+        raise row.error("recv_interval", f"must lie in 1..{MAX_BATCH_WAIT_ITERS:,}, got {recv:,}")
     try:  # the ranges are the deployment's own rules, named here with the row
         check_memory_fraction(fraction)
         wait = None if iters is None or ratio is None else BatchWait(iters=iters, ratio=ratio)
@@ -243,7 +249,8 @@ def _launch(row: _Row) -> dict[str, Any]:
     return {"kv_cache_dtype": None if kv in ("", "auto") else kv, "chunk_tokens": row.int("chunk_tokens", minimum=1),
             "memory_fraction": fraction, "overlap_scheduler": row.flag("overlap_scheduler"),
             "batch_wait": wait, "dp_balance": balance, "max_running": row.int("max_running", minimum=1),
-            "mtp": mtp, "acceptance": acceptance, "cuda_graph_max_batch": row.int("cuda_graph_max_batch", minimum=1)}
+            "mtp": mtp, "acceptance": acceptance, "cuda_graph_max_batch": row.int("cuda_graph_max_batch", minimum=1),
+            "recv_interval": recv}
 
 
 def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
@@ -289,7 +296,8 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
             # The launch settings of either mode (Deployment's fields; the budget of an aggregated row below).
             settings = dict(overlap_scheduler=MEASURED_OVERLAP.get(engine) if overlap is None else overlap,
                             memory_fraction=launch["memory_fraction"], batch_wait=launch["batch_wait"],
-                            dp_balance=launch["dp_balance"], cuda_graph_max_batch=launch["cuda_graph_max_batch"])
+                            dp_balance=launch["dp_balance"], cuda_graph_max_batch=launch["cuda_graph_max_batch"],
+                            recv_interval=launch["recv_interval"])
             if mode == "aggregated":
                 pool = _pool(row, "", moe=model.moe is not None, workers=False)
                 if launch["max_running"] is not None:

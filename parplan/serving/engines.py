@@ -114,6 +114,9 @@ class Engine:
     dp_balancing: bool
     """Whether the engine can hold new prompts until every attention-DP rank has one (TensorRT-LLM's
     attention-DP balance, DpBalance)."""
+    recv_skipping: bool
+    """Whether its scheduler can poll for new requests only every few decode steps (SGLang's
+    --scheduler-recv-interval; Deployment.recv_interval)."""
     a2a: str
     """MoE token exchange under attention DP by default."""
     deepep: bool
@@ -130,22 +133,26 @@ class Engine:
     """The batch waiting a deployment launches it with (configured); None = off."""
     dp_balance: DpBalance | None = None
     """The attention-DP balance a deployment launches it with (configured); None = off."""
+    recv_interval: int = 1
+    """Decode steps between its polls for new requests, as a deployment launches it (configured)."""
 
     def launched(self, deployment: Deployment) -> Engine:
         """The engine with a deployment's launch settings (configured)."""
         return self.configured(overlap_scheduler=deployment.overlap_scheduler,
                                memory_fraction=deployment.memory_fraction, batch_wait=deployment.batch_wait,
-                               dp_balance=deployment.dp_balance, cuda_graph_max_batch=deployment.cuda_graph_max_batch)
+                               dp_balance=deployment.dp_balance, cuda_graph_max_batch=deployment.cuda_graph_max_batch,
+                               recv_interval=deployment.recv_interval)
 
     def configured(self, *, overlap_scheduler: bool | None = None, memory_fraction: float | None = None,
                    batch_wait: BatchWait | None = None, dp_balance: DpBalance | None = None,
-                   cuda_graph_max_batch: int | None = None) -> Engine:
+                   cuda_graph_max_batch: int | None = None, recv_interval: int | None = None) -> Engine:
         """The engine as a deployment launches it (None: the default): its overlap scheduler switched, the share
-        of GPU memory its KV cache is sized from, its batch waiting, its attention-DP balance and the largest step
-        it captures as a CUDA graph. A fraction is of the memory free after the weights where the engine sizes it
-        so (TensorRT-LLM free_gpu_memory_fraction), else of the whole GPU: vLLM's --gpu-memory-utilization, and
-        SGLang's --mem-fraction-static, which replaces its reserve rule (python/sglang/srt/server_args.py computes
-        mem_fraction_static from the reserve only when not given)."""
+        of GPU memory its KV cache is sized from, its batch waiting, its attention-DP balance, the largest step
+        it captures as a CUDA graph and the decode steps between its polls for new requests. A fraction is of
+        the memory free after the weights where the engine sizes it so (TensorRT-LLM free_gpu_memory_fraction),
+        else of the whole GPU: vLLM's --gpu-memory-utilization, and SGLang's --mem-fraction-static, which replaces
+        its reserve rule (python/sglang/srt/server_args.py computes mem_fraction_static from the reserve only when
+        not given)."""
         out = self
         if overlap_scheduler is not None and overlap_scheduler != self.overlap_scheduler:
             out = dataclasses.replace(out, overlap_scheduler=overlap_scheduler)
@@ -156,6 +163,8 @@ class Engine:
             out = dataclasses.replace(out, batch_wait=batch_wait)
         if dp_balance is not None and dp_balance.holds:
             out = dataclasses.replace(out, dp_balance=dp_balance)
+        if recv_interval is not None:
+            out = dataclasses.replace(out, recv_interval=recv_interval)
         if cuda_graph_max_batch is not None:  # a launch setting replaces the default on every GPU and pool
             out = dataclasses.replace(out, cuda_graph_max_batch=cuda_graph_max_batch, cuda_graph_tiers=(),
                                       graphs_to_batch=False)
@@ -257,6 +266,7 @@ class _EngineFields:
     overlap_scheduler: bool
     batch_waiting: bool
     dp_balancing: bool
+    recv_skipping: bool
     a2a: str
     deepep: bool
     moe_layout: str

@@ -292,7 +292,7 @@ def _deployment_dict(d: Deployment) -> dict[str, Any]:
                            "dp_balance": None if d.dp_balance is None else {
                                "timeout_iters": d.dp_balance.timeout_iters,
                                "batching_wait_iters": d.dp_balance.batching_wait_iters},
-                           "cuda_graph_max_batch": d.cuda_graph_max_batch,
+                           "cuda_graph_max_batch": d.cuda_graph_max_batch, "recv_interval": d.recv_interval,
                            "precision": {"gemm": d.precision.gemm, "moe": d.precision.moe,
                                          "kv_cache": d.precision.kv_cache}}
     for role in ("pool", "prefill", "decode"):

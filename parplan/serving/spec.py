@@ -304,6 +304,10 @@ class Deployment:
     """Largest step replayed as a CUDA graph: decode sequences (SGLang --cuda-graph-max-bs, TensorRT-LLM
     cuda_graph_config max_batch_size) or a step's tokens (vLLM --max-cudagraph-capture-size); None = the
     engine's default."""
+    recv_interval: int | None = None
+    """Decode steps between the scheduler's polls for new requests (SGLang --scheduler-recv-interval: a request
+    that arrives while others decode waits for the next poll; a prefill step is followed by one at once);
+    None = the engine's default, every step."""
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -318,6 +322,8 @@ class Deployment:
             raise ConfigError(f"must lie in 1..{MAX_SEQ:,}", field="chunk_tokens")
         if self.cuda_graph_max_batch is not None and not 1 <= self.cuda_graph_max_batch <= MAX_SEQ:
             raise ConfigError(f"must lie in 1..{MAX_SEQ:,}", field="cuda_graph_max_batch")
+        if self.recv_interval is not None and not 1 <= self.recv_interval <= MAX_BATCH_WAIT_ITERS:
+            raise ConfigError(f"must lie in 1..{MAX_BATCH_WAIT_ITERS:,}", field="recv_interval")
         check_memory_fraction(self.memory_fraction)
 
     @property
@@ -389,6 +395,9 @@ def check_deployment(model: ModelSpec, cluster: ClusterSpec, deployment: Deploym
             and not engine.dp_balancing:
         raise InvalidStrategyError(f"{engine.label} has no attention-DP balance (TensorRT-LLM's attention_dp_config "
                                    "enable_balance)")
+    if engine is not None and (deployment.recv_interval or 1) > 1 and not engine.recv_skipping:
+        raise InvalidStrategyError(f"{engine.label} polls for new requests every step (SGLang's "
+                                   "--scheduler-recv-interval has no counterpart)")
     if workload.isl + workload.osl > model.max_position:
         raise ConfigError(f"isl + osl = {workload.isl + workload.osl} exceeds the model's context of "
                           f"{model.max_position} tokens", field="isl")
