@@ -383,6 +383,40 @@ def test_a_spaced_poll_delays_the_first_token_by_half_its_decode_steps():
     assert _sglang_70b(32, 1).ttft_ms == pytest.approx(base.ttft_ms, rel=1e-12)
 
 
+def test_a_spaced_poll_costs_nothing_to_a_queued_request_or_an_idle_rank():
+    """A request that queues for a slot was polled long before one frees: with 128 in flight and room for 16, the
+    spaced poll leaves TTFT as it was. An open loop's arrival finds the rank busy as often as it holds a request,
+    so the wait grows with the load, from nothing on an idle rank (no jump at one request held)."""
+    def capped(recv):
+        dep = Deployment(engine="sglang", precision=Precision.parse("fp8"), pool=Pool(tp=8, batch=16),
+                         recv_interval=recv)
+        return serve_evaluate(LLAMA70, "h200", dep, Workload(isl=1024, osl=1024, concurrency=128)).ttft_ms
+
+    assert capped(30) == pytest.approx(capped(None), rel=1e-12)
+
+    def opened(rate, recv):
+        dep = Deployment(engine="sglang", precision=Precision.parse("fp8"), pool=Pool(tp=8), recv_interval=recv)
+        return serve_evaluate(LLAMA70, "h200", dep, Workload(isl=1024, osl=1024, rate=rate)).ttft_ms
+
+    waits = [opened(rate, 30) - opened(rate, None) for rate in (0.02, 0.05, 0.1, 0.2)]
+    assert 0 < waits[0] < waits[1] < waits[2] <= waits[3]
+
+
+def test_a_spaced_poll_is_refused_where_it_is_not_modelled_or_sglang_refuses_it():
+    """SGLang 0.5.1-0.5.10 asserts the spaced poll off under DP attention (scheduler_recv_skipper.py); in a
+    disaggregated deployment the decode pool's poll would gate the prefill's KV handshake, which parplan does not
+    model: both are refused with the reason."""
+    fp8 = Precision.parse("fp8")
+    with pytest.raises(InvalidStrategyError, match="refuses --scheduler-recv-interval with DP attention"):
+        serve_evaluate("deepseek-ai/DeepSeek-R1", "b200", Deployment(
+            engine="sglang", precision=fp8, pool=Pool(tp=1, dp=8, moe_ep=8), recv_interval=30),
+            Workload(isl=1024, osl=1024, concurrency=64))
+    with pytest.raises(InvalidStrategyError, match="aggregated workers only"):
+        serve_evaluate("deepseek-ai/DeepSeek-R1", "b200", Deployment(
+            engine="sglang", precision=fp8, mode="disaggregated", prefill=Pool(tp=8, moe_tp=8),
+            decode=Pool(tp=8, moe_tp=8), recv_interval=30), Workload(isl=1024, osl=1024, concurrency=64))
+
+
 @pytest.mark.parametrize("engine", ["vllm", "trtllm"])
 def test_only_sglang_spaces_its_polls(engine):
     with pytest.raises(InvalidStrategyError, match="polls for new requests every step"):

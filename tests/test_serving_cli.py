@@ -192,7 +192,7 @@ def test_launch_columns_reach_the_deployment():
     (",,,,,,,,,,999,0.5,", "field 'mtp': row 1: must lie in 0..64"),
     (",,,,,,,,,,,0.7,", "field 'mtp': row 1: an acceptance rate (mtp_acceptance) needs the tokens drafted a step"),
     (",,,,,,,,,,,,0", "field 'cuda_graph_max_batch': row 1: must be >= 1"),
-    (",,,,,,,,,,,,,0", "field 'recv_interval': row 1: must be >= 1"),
+    (",,,,,,,,,,,,,0", "field 'recv_interval': row 1: must lie in 1..10,000, got 0"),
     (",,,,,,,,,,,,,99999", "field 'recv_interval': row 1: must lie in 1..10,000"),
 ])
 def test_malformed_launch_cells(run_cli, tmp_path, cells, message):
@@ -218,6 +218,8 @@ def test_recv_interval_column_and_option(run_cli, run_json):
     code, _, err = run_cli("serve", "explain", "-m", "meta-llama/Llama-3.1-70B", "-c", "h200", "--tp", "8",
                            "--concurrency", "32", "--recv-interval", "30")
     assert code == 1 and "vLLM polls for new requests every step" in err and "Traceback" not in err
+    code, _, err = run_cli(*args[:-1], "0")
+    assert code == 2 and "--recv-interval" in err and "Traceback" not in err
 
 
 def test_range_ratio_column_reaches_the_workload(run_cli, tmp_path):

@@ -23,10 +23,18 @@ from typing import Any
 
 from parplan._input import read_text
 from parplan.errors import ConfigError, ParplanError
-from parplan.limits import MAX_BATCH_WAIT_ITERS
 from parplan.names import KV_DTYPES
 from parplan.serving.engines import load_engine
-from parplan.serving.spec import BatchWait, Deployment, DpBalance, Pool, Precision, Workload, check_memory_fraction
+from parplan.serving.spec import (
+    BatchWait,
+    Deployment,
+    DpBalance,
+    Pool,
+    Precision,
+    Workload,
+    check_memory_fraction,
+    check_recv_interval,
+)
 
 SYSTEMS = {
     "h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200-nvl72",
@@ -80,9 +88,9 @@ columns, TensorRT-LLM's batch_wait_timeout_iters and batch_wait_max_tokens_ratio
 (DpBalance: TensorRT-LLM's attention_dp_config with enable_balance, its timeout_iters and batching_wait_iters, the
 latter 0 when empty), speculative decoding (mtp: tokens drafted a step, with mtp_acceptance the chance each
 is accepted, Workload.mtp and acceptance; a row that drafted without a recorded acceptance is refused, since the
-acceptance sets its TPOT), the largest step captured as a CUDA graph (Deployment.cuda_graph_max_batch), the
-decode steps between the scheduler's polls for new requests (Deployment.recv_interval: SGLang
---scheduler-recv-interval), and the
+acceptance sets its TPOT), the largest step captured as a CUDA graph (Deployment.cuda_graph_max_batch), the decode
+steps between the scheduler's polls for new requests (Deployment.recv_interval: SGLang --scheduler-recv-interval),
+and the
 engine's cap on running requests (max_running: per attention rank of an aggregated worker, Pool.batch; vLLM
 --max-num-seqs, SGLang --max-running-requests over its dp ranks, TensorRT-LLM max_batch_size)."""
 
@@ -237,11 +245,10 @@ def _launch(row: _Row) -> dict[str, Any]:
     if acceptance is not None and not mtp:
         raise row.error("mtp", "an acceptance rate (mtp_acceptance) needs the tokens drafted a step")
     fraction = row.finite("memory_fraction")
-    recv = row.int("recv_interval", minimum=1)
-    if recv is not None and recv > MAX_BATCH_WAIT_ITERS:
-        raise row.error("recv_interval", f"must lie in 1..{MAX_BATCH_WAIT_ITERS:,}, got {recv:,}")
+    recv = row.int("recv_interval")
     try:  # the ranges are the deployment's own rules, named here with the row
         check_memory_fraction(fraction)
+        check_recv_interval(recv)
         wait = None if iters is None or ratio is None else BatchWait(iters=iters, ratio=ratio)
         balance = None if timeout is None else DpBalance(timeout_iters=timeout, batching_wait_iters=gather or 0)
     except ConfigError as e:

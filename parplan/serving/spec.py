@@ -273,6 +273,13 @@ def check_memory_fraction(value: float | None) -> None:
         raise ConfigError(f"must lie in (0, 1], got {value}", field="memory_fraction")
 
 
+def check_recv_interval(value: int | None) -> None:
+    """Decode steps between polls for new requests (Deployment.recv_interval) in 1..MAX_BATCH_WAIT_ITERS, or
+    None; else a ConfigError."""
+    if value is not None and not 1 <= value <= MAX_BATCH_WAIT_ITERS:
+        raise ConfigError(f"must lie in 1..{MAX_BATCH_WAIT_ITERS:,}, got {value:,}", field="recv_interval")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Deployment:
     """One serving deployment: engine, precision and the pools."""
@@ -322,8 +329,7 @@ class Deployment:
             raise ConfigError(f"must lie in 1..{MAX_SEQ:,}", field="chunk_tokens")
         if self.cuda_graph_max_batch is not None and not 1 <= self.cuda_graph_max_batch <= MAX_SEQ:
             raise ConfigError(f"must lie in 1..{MAX_SEQ:,}", field="cuda_graph_max_batch")
-        if self.recv_interval is not None and not 1 <= self.recv_interval <= MAX_BATCH_WAIT_ITERS:
-            raise ConfigError(f"must lie in 1..{MAX_BATCH_WAIT_ITERS:,}", field="recv_interval")
+        check_recv_interval(self.recv_interval)
         check_memory_fraction(self.memory_fraction)
 
     @property
@@ -395,9 +401,16 @@ def check_deployment(model: ModelSpec, cluster: ClusterSpec, deployment: Deploym
             and not engine.dp_balancing:
         raise InvalidStrategyError(f"{engine.label} has no attention-DP balance (TensorRT-LLM's attention_dp_config "
                                    "enable_balance)")
-    if engine is not None and (deployment.recv_interval or 1) > 1 and not engine.recv_skipping:
-        raise InvalidStrategyError(f"{engine.label} polls for new requests every step (SGLang's "
-                                   "--scheduler-recv-interval has no counterpart)")
+    if engine is not None and (deployment.recv_interval or 1) > 1:
+        if not engine.recv_skipping:
+            raise InvalidStrategyError(f"{engine.label} polls for new requests every step (SGLang's "
+                                       "--scheduler-recv-interval has no counterpart)")
+        if deployment.mode == "disaggregated":
+            raise InvalidStrategyError("a spaced poll is modelled for aggregated workers only: in a disaggregated "
+                                       "deployment the decode pool's poll also gates the prefill's KV handshake")
+        if any(pool.dp > 1 for pool in deployment.pools):
+            raise InvalidStrategyError(f"{engine.label} {engine.versions} refuses --scheduler-recv-interval with "
+                                       "DP attention (scheduler_recv_skipper.py asserts not enable_dp_attention)")
     if workload.isl + workload.osl > model.max_position:
         raise ConfigError(f"isl + osl = {workload.isl + workload.osl} exceeds the model's context of "
                           f"{model.max_position} tokens", field="isl")
