@@ -19,7 +19,16 @@ from hypothesis import strategies as st
 from parplan.export import framework_filter
 from parplan.hardware import load_cluster
 from parplan.models import LayerKind, load_model
-from parplan.planner import compute, estimate, search
+from parplan.planner import (
+    compute,
+    estimate,
+    search_cost,
+    search_dominance,
+    search_grid,
+    search_layouts,
+    search_survey,
+    search_workers,
+)
 from parplan.planner.context import RC_NONE, Ctx
 from parplan.planner.estimate import (
     BOUND_FREE,
@@ -74,23 +83,23 @@ def _case(name):
 
 def _start(model, cluster, gbs, seq, space, workload, layout_filter, stack):
     """The search's state as search.plan sets it for a survey; the grid's cells."""
-    search._STATE.update(model=model, cluster=cluster, space=space, gbs=gbs, seq=seq, workload=workload,
-                         filter=layout_filter, cells=list(search._grid(model, cluster, gbs, seq, space)),
-                         bound=True, stack=stack)
-    return search._STATE["cells"]
+    search_workers._STATE.update(model=model, cluster=cluster, space=space, gbs=gbs, seq=seq, workload=workload,
+                                 filter=layout_filter, cells=list(search_grid._grid(model, cluster, gbs, seq, space)),
+                                 bound=True, stack=stack)
+    return search_workers._STATE["cells"]
 
 
 def _blocks(model, cluster, gbs, seq, space, workload, layout_filter, stack):
     """Every block of a space with its count, its three bounds (the survey's floor, the pipeline of compute
     alone, the pipeline with communication), and the step time of each of its layouts."""
     cells = _start(model, cluster, gbs, seq, space, workload, layout_filter, stack)
-    survey = search._survey(list(range(len(cells))))
-    reps = search._representatives(search._fields_of(cells, survey.cell, survey.flat, gbs, seq, space))
-    bounds = (survey.bound, search._refine(reps), search._tighten(reps))
-    lay, owner = search._expand(reps, model, space)
-    rows = search._valid(lay, model, cluster)
+    survey = search_survey._survey(list(range(len(cells))))
+    reps = search_grid._representatives(search_grid._fields_of(cells, survey.cell, survey.flat, gbs, seq, space))
+    bounds = (survey.bound, search_cost._refine(reps), search_cost._tighten(reps))
+    lay, owner = search_layouts._expand(reps, model, space)
+    rows = search_layouts._valid(lay, model, cluster)
     lay, owner = lay.take(rows), owner[rows]
-    lay, parent = search._time_options(lay, model, cluster, space)
+    lay, parent = search_layouts._time_options(lay, model, cluster, space)
     owner = owner[parent]
     if layout_filter is not None:
         rows = np.flatnonzero(layout_filter(lay))
@@ -125,22 +134,22 @@ def test_every_bound_is_below_every_step_time_it_covers(blocks):
 
 
 def test_counts_without_building_equal_the_layouts_built(blocks):
-    """Blocks are counted by summing the rules over their axes (search._count_valid); the counts must equal
-    the layouts the search builds for the same blocks, rules, time-only choices and filter."""
+    """Blocks are counted by summing the rules over their axes (search_survey._count_valid); the counts must
+    equal the layouts the search builds for the same blocks, rules, time-only choices and filter."""
     _, survey, _, _, owner, _ = blocks
     assert np.array_equal(np.bincount(owner, minlength=len(survey.count)), survey.count)
 
 
 @pytest.mark.parametrize("name", ["dense", "moe", "torchtitan"])
 def test_the_survey_is_the_same_however_its_cells_are_stacked(name, monkeypatch):
-    """The survey counts cells stacked in padded groups (search._survey_groups); one cell per group gives the
-    same blocks, counts and floors in the same order."""
+    """The survey counts cells stacked in padded groups (search_survey._survey_groups); one cell per group gives
+    the same blocks, counts and floors in the same order."""
     ids = list(range(len(_start(*_case(name)))))
-    stacked = search._survey(ids)
-    monkeypatch.setattr(search, "SURVEY_SMALL", 0)
-    monkeypatch.setattr(search, "SURVEY_BLOCKS", 1)
-    assert len(list(search._survey_groups(search._STATE["cells"], ids))) == len(ids) > 1
-    alone = search._survey(ids)
+    stacked = search_survey._survey(ids)
+    monkeypatch.setattr(search_survey, "SURVEY_SMALL", 0)
+    monkeypatch.setattr(search_survey, "SURVEY_BLOCKS", 1)
+    assert len(list(search_survey._survey_groups(search_workers._STATE["cells"], ids))) == len(ids) > 1
+    alone = search_survey._survey(ids)
     for field in ("cell", "flat", "count", "bound"):
         assert np.array_equal(getattr(stacked, field), getattr(alone, field))
 
@@ -312,8 +321,8 @@ def test_a_past_deadline_returns_the_first_batch_marked_incomplete():
 
 def test_dominance_ranks_stay_within_blocks():
     """The dominance pruning compares siblings that differ in one inner field: they share their block."""
-    fields = set(search._DOMINANCE)
-    assert fields <= set(search._AXES[search._BLOCK:])
+    fields = set(search_dominance._DOMINANCE)
+    assert fields <= set(search_grid._AXES[search_grid._BLOCK:])
 
 
 def test_axes_cover_every_field_the_search_sets():
@@ -322,4 +331,4 @@ def test_axes_cover_every_field_the_search_sets():
              "zero", "tp_overlap", "recompute", "dispatch", "ep_overlap", "gbs", "seq", "flash_attention",
              "p2p_overlap", "pp_scatter_gather", "dp_replicate", "recompute_blocks"}
     assert named == {f.name for f in dataclasses.fields(Layouts)}
-    assert set(itertools.chain(search._AXES)) - {"expert", "schedule"} <= named
+    assert set(itertools.chain(search_grid._AXES)) - {"expert", "schedule"} <= named

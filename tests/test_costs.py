@@ -214,7 +214,7 @@ def test_adding_recompute_never_lowers_step_time(tp, pp, zero, flash, cp):
                      flash_attention=flash or cp > 1)
         s.check(model, cluster)
         times.append(evaluate(model, cluster, s, stack=ANY_STACK).step_time_s)
-    # The search's dominance pruning relies on this order (search._DOMINANCE).
+    # The search's dominance pruning relies on this order (search_dominance._DOMINANCE).
     assert all(a <= b + 1e-12 for a, b in itertools.pairwise(times))
 
 

@@ -140,7 +140,7 @@ def test_redundant_experts_must_split_evenly():
 # -------------------------------------------------------------------------------------------- overlap
 
 def test_time_only_fields_leave_memory_unchanged():
-    """The search computes memory once per layout before expanding dispatch and ep_overlap (search.py)."""
+    """The search computes memory once per layout before expanding dispatch and ep_overlap (search_cost.py)."""
     model, cluster = load_model("qwen1.5-moe-a2.7b"), load_cluster("h100", gpus=32)
     strategies = [Strategy(tp=tp, pp=2, vpp=2, ep=4, gbs=64, seq=4096, schedule="interleaved", precision="fp8",
                            dispatch=d, ep_overlap=o, recompute=r)
