@@ -23,10 +23,12 @@ idle": sgl-project/sglang python/sglang/srt/managers/prefill_delayer.py @1f77e43
 
 Requests that finish together are replaced together, so prompts arrive in bursts: a share β of the requests
 in flight arrive with a request (the engine's burst knob where steps mix prefill and decode; all of them, β = 1,
-where the engine runs prefill first and pauses decoding, which keeps the loop phase-locked), and the burst is
-prefilled first come, first served in steps of the budget. A new request waits half a step to be scheduled,
-then for its burst's steps up to its own: n_p (the last chunk carrying only what is left of the prompt), or
-(burst tokens / step tokens + 1)/2 on average when the burst needs more steps than its prompt.
+where the engine runs prefill first and pauses decoding, which keeps the loop phase-locked as long as requests that
+start together finish together: where the client draws their output lengths they finish over a spread of steps,
+and the knob applies there too), and the burst is prefilled first come, first served in steps of the budget. A
+new request waits half a step to be scheduled, then for its burst's steps up to its own: n_p (the last chunk
+carrying only what is left of the prompt), or (burst tokens / step tokens + 1)/2 on average when the burst needs
+more steps than its prompt.
 Where the deployment turns on TensorRT-LLM's batch waiting, a new prompt is held while others decode, until
 enough prompts gather or a number of steps pass (batch_wait below), and those held go as one burst. Its
 attention-DP balance holds prompts until every DP rank has one, or a number of steps pass (dp_balance below):
@@ -75,7 +77,7 @@ class PhaseResult:
     mixed_step: StepTime
 
 
-def burst_size(burst: float, in_flight: np.ndarray, open_loop: bool = False) -> np.ndarray:
+def burst_size(burst: float | np.ndarray, in_flight: np.ndarray, open_loop: bool = False) -> np.ndarray:
     """Requests arriving together with a request of a closed loop: itself and a share `burst` (the engine's knob)
     of the others in flight, which finished with the request it replaces and were replaced with it; one in an
     open loop."""
@@ -137,12 +139,13 @@ def prefill_steps(prompt: np.ndarray, budget: np.ndarray, chunked: bool) -> np.n
 
 def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.ndarray, concurrency: np.ndarray,
                max_running: np.ndarray, chunk: float, spec: float = 1.0, tokens_per_step: float = 1.0,
-               open_loop: bool = False) -> PhaseResult:
+               open_loop: bool = False, drawn: np.ndarray | bool = False) -> PhaseResult:
     """Closed-loop steady state of an aggregated attention rank with `concurrency` requests in flight.
 
     isl/osl: tokens per request; prompt: tokens it prefills (after prefix-cache hits); max_running: requests
     the rank can hold (KV cache, engine cap); chunk: the engine's token budget per step; spec: tokens a
-    decoding sequence adds to a step (1 + drafts); tokens_per_step: output tokens a sequence gains per step."""
+    decoding sequence adds to a step (1 + drafts); tokens_per_step: output tokens a sequence gains per step;
+    drawn: whether output lengths vary between requests (Traffic.drawn)."""
     pp = sm.lay.pp
     eng = sm.engine
     running = np.minimum(concurrency, max_running)
@@ -159,10 +162,12 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
     capped = np.minimum(per_step, budget / prompt)
     # An engine that does not mix prefill into decode steps runs prefill first (SGLang's get_next_batch_to_run
     # runs a new prefill batch whenever one can be formed, decode only when none can): every request of a burst
-    # starts decoding in the same step, finishes in the same step and is replaced in the same step, so a closed
-    # loop stays phase-locked and the whole set in flight arrives as one burst. Mixed steps prefill a burst over
-    # several steps while decoding goes on, which staggers the replacements: only a share (the knob) stays locked.
-    burst = burst_size(eng.knobs.burst if eng.mixed_batches else 1.0, running, open_loop)
+    # starts decoding in the same step, finishes in the same step if their output lengths are equal, and is
+    # replaced in the same step, so a closed loop stays phase-locked and the whole set in flight arrives as one
+    # burst. Mixed steps prefill a burst over several steps while decoding goes on, and drawn output lengths end
+    # a burst's requests over a spread of steps: either staggers the replacements, and only a share (the knob)
+    # stays locked.
+    burst = burst_size(np.where(drawn | eng.mixed_batches, eng.knobs.burst, 1.0), running, open_loop)
     decode_batch = capped * decode_steps
     held, burst = batch_wait(eng.batch_wait, burst, capped, decode_batch * spec, prompt, chunk,
                              (sm.lay.dp == 1) & (running > 1))

@@ -56,8 +56,9 @@ class EngineKnobs:
     """Share of the other requests in flight on a rank that arrive in the same scheduling step as a request and
     are prefilled with it. A closed loop with equal output lengths stays phase-locked (requests that start
     together finish together and are replaced together); how tightly depends on the engine's scheduling and
-    streaming jitter. It applies where steps mix prefill and decode and to a disaggregated prefill pool; an
-    aggregated engine that runs prefill first and pauses decoding keeps the whole set locked (batching.py)."""
+    streaming jitter. It applies where steps mix prefill and decode, where the client draws the output lengths
+    (requests that start together then end apart), and to a disaggregated prefill pool; an aggregated engine that
+    runs prefill first and pauses decoding keeps a set of equal lengths wholly locked (batching.py)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -64,6 +64,12 @@ class Traffic:
                    prompt=column(lambda w: w.prefill_tokens), concurrency=column(lambda w: w.concurrency or 0),
                    mtp=mtp, acceptance=acceptance, longest=(column(lambda w: w.isl), column(lambda w: w.osl)))
 
+    @property
+    def drawn(self) -> np.ndarray | bool:
+        """Whether the requests' output lengths vary (a client draws them below the longest), so requests that
+        start together do not finish together."""
+        return False if self.longest is None else self.longest[1] > self.osl
+
     def part(self, start: int, stop: int, size: int) -> Traffic:
         """Entries start:stop of a workload of `size` deployments (a one-entry workload serves them all)."""
         def cut(x: np.ndarray) -> np.ndarray:
@@ -144,7 +150,8 @@ def evaluate_aggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine, 
     ranks = lay.workers * lay.dp
     phase = aggregated(sm, isl=traffic.isl, osl=traffic.osl, prompt=traffic.prompt,
                        concurrency=traffic.concurrency / ranks, max_running=_max_running(engine, mem, lay), chunk=k,
-                       spec=traffic.spec, tokens_per_step=traffic.tokens_per_step, open_loop=open_loop)
+                       spec=traffic.spec, tokens_per_step=traffic.tokens_per_step, open_loop=open_loop,
+                       drawn=traffic.drawn)
     latency = phase.ttft + np.maximum(traffic.osl - 1, 0) * phase.tpot
     per_gpu = phase.throughput * traffic.osl / (lay.tp * lay.pp)
     return AggregatedEval(lay=lay, memory=mem, phase=phase, request_latency=latency, output_tok_s_per_gpu=per_gpu,
