@@ -15,7 +15,7 @@ from parplan.models import load_model
 from parplan.serving import kvcache
 from parplan.serving.batching import dp_balance, harmonic
 from parplan.serving.engines import load_engine
-from parplan.serving.evaluate import Traffic, evaluate_aggregated, serve_evaluate
+from parplan.serving.evaluate import Traffic, evaluate_aggregated, evaluate_disaggregated, serve_evaluate
 from parplan.serving.layout import PoolArrays
 from parplan.serving.memory import weight_bytes
 from parplan.serving.spec import BatchWait, Deployment, DpBalance, Pool, Precision, Workload
@@ -223,6 +223,30 @@ def test_prefill_first_engine_stays_phase_locked():
     other = dataclasses.replace(vllm, knobs=dataclasses.replace(vllm.knobs, burst=0.5))
     assert (evaluate_aggregated(m, cl, other, prec, lay, traffic).phase.ttft[0]
             > evaluate_aggregated(m, cl, vllm, prec, lay, traffic).phase.ttft[0])
+
+
+def test_a_prefill_pool_takes_its_own_burst_share():
+    """A disaggregated prefill pool receives the first-token requests of many decode ranks, whose completions do not
+    line up as one rank's do: its bursts follow pool_burst, and an aggregated rank's follow burst alone."""
+    prec = Precision(gemm="fp8", moe="fp8")
+    m, cl = load_model(LLAMA70), load_cluster("h200")
+    traffic = Traffic(isl=np.array([1024.0]), osl=np.array([1024.0]), prompt=np.array([1024.0]),
+                      concurrency=np.array([256.0]))
+    pools = (PoolArrays.from_pools([Pool(tp=4)]), PoolArrays.from_pools([Pool(tp=4)]))
+    vllm = load_engine("vllm")
+
+    def with_knob(**knob):
+        return dataclasses.replace(vllm, knobs=dataclasses.replace(vllm.knobs, **knob))
+
+    def disagg(engine):
+        return float(evaluate_disaggregated(m, cl, engine, prec, *pools, traffic).phase.ttft[0])
+
+    def agg(engine):
+        return float(evaluate_aggregated(m, cl, engine, prec, pools[0], traffic).phase.ttft[0])
+
+    assert disagg(with_knob(pool_burst=0.9)) > disagg(with_knob(pool_burst=0.1))
+    assert disagg(with_knob(burst=0.9)) == disagg(with_knob(burst=0.1))
+    assert agg(with_knob(pool_burst=0.9)) == agg(with_knob(pool_burst=0.1))
 
 
 def test_the_longest_request_must_fit_at_its_last_token():

@@ -1,10 +1,10 @@
 """Fit an engine's few global knobs to measured deployments, and check they generalise (leave one group out).
 
 The knobs (EngineKnobs) are global per engine: host time per step, eager launch cost, kernel gap in CUDA graphs,
-per-request time outside the steps, arrival burstiness. They are fitted by minimising the mean absolute log
-error of TPOT (weighted 1.5) and TTFT over every measured row of the engine, each row's error capped so a few
-rows whose layout the file records wrongly cannot pull the fit (a derivative-free Powell search over a bounded
-transform of each knob). Nothing is fitted per row.
+per-request time outside the steps, arrival burstiness at an aggregated rank and at a disaggregated prefill pool.
+They are fitted by minimising the mean absolute log error of TPOT (weighted 1.5) and TTFT over every measured row
+of the engine, each row's error capped so a few rows whose layout the file records wrongly cannot pull the fit (a
+derivative-free Powell search over a bounded transform of each knob). Nothing is fitted per row.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from parplan.serving.cases import Case
 from parplan.serving.engines import Engine, load_engine
 from parplan.serving.validate import CaseResult, evaluate_cases
 
-FITTED = ("decode_step_ms", "launch_us", "graph_kernel_us", "request_ms", "burst")
+FITTED = ("decode_step_ms", "launch_us", "graph_kernel_us", "request_ms", "burst", "pool_burst")
 """The knobs a fit moves (allreduce_us stays at its published prior)."""
 
 BOUNDS = {"decode_step_ms": (0.01, 5.0), "launch_us": (0.1, 200.0), "graph_kernel_us": (0.1, 8.0),
-          "request_ms": (1.0, 400.0), "burst": (0.01, 0.99)}
+          "request_ms": (1.0, 400.0), "burst": (0.01, 0.99), "pool_burst": (0.01, 0.99)}
 """Physical ranges the search stays in."""
 
 TPOT_WEIGHT = 1.5

@@ -158,7 +158,7 @@ def disaggregated(pre: StepModel, dec: StepModel, *, isl: np.ndarray, osl: np.nd
     slots = p_lay.workers * p_lay.dp * service.prompts
     # Requests that finish together are replaced together: a burst arrives at the prefill pool, which takes it
     # `slots` prompts per round, and a request waits for the rounds before its own, (rounds − 1)/2 on average.
-    rounds = burst_size(pre.engine.knobs.burst, concurrency) / np.maximum(slots, 1e-9)
+    rounds = burst_size(pre.engine.knobs.pool_burst, concurrency) / np.maximum(slots, 1e-9)
     burst_wait = np.maximum(rounds - 1.0, 0.0) / 2.0 * service.latency
     light = service.latency + kv_transfer + pre.engine.knobs.request_ms * 1e-3 + burst_wait
 

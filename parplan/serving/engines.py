@@ -56,9 +56,12 @@ class EngineKnobs:
     """Share of the other requests in flight on a rank that arrive in the same scheduling step as a request and
     are prefilled with it. A closed loop with equal output lengths stays phase-locked (requests that start
     together finish together and are replaced together); how tightly depends on the engine's scheduling and
-    streaming jitter. It applies where steps mix prefill and decode, where the client draws the output lengths
-    (requests that start together then end apart), and to a disaggregated prefill pool; an aggregated engine that
-    runs prefill first and pauses decoding keeps a set of equal lengths wholly locked (batching.py)."""
+    streaming jitter. It applies where steps mix prefill and decode and where the client draws the output lengths
+    (requests that start together then end apart); an aggregated engine that runs prefill first and pauses
+    decoding keeps a set of equal lengths wholly locked (batching.py)."""
+    pool_burst: float
+    """The same share for a disaggregated prefill pool, of the requests in flight over the whole deployment: their
+    first tokens come from many decode ranks, whose steps and completions do not line up as one rank's do."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
