@@ -309,6 +309,23 @@ def test_drawn_output_lengths_unlock_a_prefill_first_loop():
 
     assert ttft(32, isl=1000, osl=1000, range_ratio=0.8) < ttft(32, isl=900, osl=900)
     assert ttft(1, isl=1000, osl=1000, range_ratio=0.8) == pytest.approx(ttft(1, isl=900, osl=900), rel=1e-12)
+    # the share that stays together is the aggregated burst knob (the prefill pools' pool_burst plays no part),
+    # and at a share of 1 the unlocked loop is the locked one
+    prec = Precision(gemm="fp8", moe="fp8")
+    m, cl, lay = load_model(LLAMA70), load_cluster("h200"), PoolArrays.from_pools([Pool(tp=8)])
+    drawn = Traffic.of(Workload(isl=1000, osl=1000, concurrency=32, range_ratio=0.8))
+    fixed = Traffic.of(Workload(isl=900, osl=900, concurrency=32))
+    sglang = load_engine("sglang")
+
+    def with_knobs(**knobs):
+        return dataclasses.replace(sglang, knobs=dataclasses.replace(sglang.knobs, **knobs))
+
+    def agg(engine, traffic):
+        return float(evaluate_aggregated(m, cl, engine, prec, lay, traffic).phase.ttft[0])
+
+    assert agg(with_knobs(burst=0.6), drawn) > agg(with_knobs(burst=0.2), drawn)
+    assert agg(with_knobs(pool_burst=0.9), drawn) == agg(with_knobs(pool_burst=0.1), drawn)
+    assert agg(with_knobs(burst=1.0), drawn) == pytest.approx(agg(sglang, fixed), rel=1e-12)
 
 
 @pytest.mark.parametrize(("ratio", "isl", "message"), [
@@ -401,9 +418,10 @@ def test_batch_wait_trades_first_token_for_fewer_prefill_steps():
         BatchWait(iters=20, ratio=1.5)
 
 
-def _sglang_70b(concurrency: int, recv_interval: int | None = None):
+def _sglang_70b(concurrency: int, recv_interval: int | None = None, range_ratio: float = 0.8):
     dep = Deployment(engine="sglang", precision=Precision.parse("fp8"), pool=Pool(tp=8), recv_interval=recv_interval)
-    return serve_evaluate(LLAMA70, "h200", dep, Workload(isl=1024, osl=1024, concurrency=concurrency))
+    return serve_evaluate(LLAMA70, "h200", dep, Workload(isl=1024, osl=1024, concurrency=concurrency,
+                                                         range_ratio=range_ratio))
 
 
 def test_a_spaced_poll_delays_the_first_token_by_half_its_decode_steps():
@@ -411,8 +429,10 @@ def test_a_spaced_poll_delays_the_first_token_by_half_its_decode_steps():
     --scheduler-recv-interval 30 from 16 requests in flight: SGLang's SchedulerRecvSkipper
     (python/sglang/srt/managers/scheduler_recv_skipper.py) then takes new requests every 30 decode steps, and at
     once after a prefill step. A request arriving while others decode waits for the next poll, (30 − 1)/2 = 14.5
-    decode steps more on average (half a step was already counted), on the share of steps that only decode.
-    TPOT does not change: the decoding batch runs the same steps."""
+    decode steps more on average (half a step was already counted), on the share of steps that only decode, with
+    the client's lengths drawn from 0.8-1× (as InferenceX's are). TPOT does not change: the decoding batch runs the
+    same steps. At fixed lengths the prefill-first loop stays locked: the whole set is replaced at once, on a rank
+    that decodes nothing, and polled at once."""
     base, spaced = _sglang_70b(32), _sglang_70b(32, 30)
     decode_only = 1.0 - spaced.state["mixed_step_share"]
     assert spaced.ttft_ms - base.ttft_ms == pytest.approx(14.5 * decode_only * spaced.steps["decode"]["total"] * 1e3,
@@ -421,6 +441,8 @@ def test_a_spaced_poll_delays_the_first_token_by_half_its_decode_steps():
     # alone, no one decodes when the request arrives: the scheduler's idle loop polls at once
     assert _sglang_70b(1, 30).ttft_ms == pytest.approx(_sglang_70b(1).ttft_ms, rel=1e-12)
     assert _sglang_70b(32, 1).ttft_ms == pytest.approx(base.ttft_ms, rel=1e-12)
+    assert _sglang_70b(32, 30, range_ratio=1.0).ttft_ms == pytest.approx(_sglang_70b(32, range_ratio=1.0).ttft_ms,
+                                                                          rel=1e-12)
 
 
 def test_a_spaced_poll_costs_nothing_to_a_queued_request_or_an_idle_rank():

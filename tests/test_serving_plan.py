@@ -104,6 +104,21 @@ def test_sglang_plan_predicts_the_graphs_it_launches(capsys):
     assert "--cuda-graph-max-bs 384" in out and "--mem-fraction-static 0.833" in out
 
 
+@pytest.mark.parametrize("engine", ["vllm", "trtllm"])
+def test_a_disaggregated_plan_predicts_what_its_explain_does(engine):
+    """The disaggregated search settles each deployment's TTFT with its prefill pool's bursts at the requests in
+    flight that TTFT sets (disagg.settled_first_token), as `serve explain` of the reproducing command computes
+    them at that concurrency: the two agree but for the concurrency's rounding up to whole requests."""
+    plan = serve_plan("llama3.1-70b", "h200", 16, isl=1024, osl=1024, engine=engine, precisions=("fp8",),
+                      modes=("disaggregated",))
+    best = plan.best
+    d = Deployment(engine=engine, precision=best.precision, mode="disaggregated", prefill=best.prefill,
+                   decode=best.decode)
+    est = serve_evaluate("llama3.1-70b", "h200", d, Workload(isl=1024, osl=1024, concurrency=best.concurrency))
+    assert est.ttft_ms == pytest.approx(best.ttft_ms, rel=0.01)
+    assert est.tpot_ms == pytest.approx(best.tpot_ms, rel=1e-6)
+
+
 def test_launch_settings_reach_the_reproducing_command_and_the_launch():
     """A plan searched with a token budget and a memory fraction reproduces with them (serve explain gives the
     same numbers) and launches with them: --emit once wrote the engine's default budget whatever the plan used."""

@@ -36,9 +36,10 @@ then all ranks prefill in the same steps, and a step carries prefill only as oft
 Where the scheduler polls for new requests only every N decode steps (SGLang's --scheduler-recv-interval), a
 request that arrives while others decode waits for the next poll, (N − 1)/2 decode steps more on average; a step
 that carries prefill is followed by a poll at once, so only the share of steps that only decode is spaced out. A
-closed loop's arrival finds the others decoding (a phase-locked loop would replace them all at once on an idle
-rank, but the rows that spaced their polls drew their output lengths, which unlocks it); an open loop's finds the
-rank busy as often as it holds a request; a request that queues for a slot was polled long before one frees.
+closed loop's arrival finds the others decoding, unless the loop is phase-locked (then the whole set is replaced
+at once on an idle rank); an open loop's finds the rank busy as often as it holds a request; a request that queues
+for a slot was polled long before one frees. Drawn lengths unlock the loop at once, whatever their spread: a spread
+of a step or two would leave it nearly locked, but InferenceX's clients draw over a fifth of the output.
 Little's law closes the loop: throughput X = R / latency, and the C − R requests that find no slot (the KV
 cache or the engine's max running requests being full), or that the prefill budget cannot absorb, queue:
 TTFT = C/X − (OSL − 1)·TPOT.
@@ -224,6 +225,8 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
     # others in flight of a closed loop, or, for an open loop's arrival, any request the rank holds; none where
     # requests queue for a slot (they were polled long before one frees).
     busy = np.clip(running - (0.0 if open_loop else 1.0), 0.0, 1.0)
+    # A locked loop (prefill first, equal lengths) replaces its whole set at once, on a rank that decodes nothing.
+    busy = np.where(open_loop | drawn | eng.mixed_batches, busy, 0.0)
     polled = np.where(concurrency > running, 0.0, (eng.recv_interval - 1.0) / 2.0 * (1.0 - step_share) * busy)
     own = eng.knobs.request_ms * 1e-3 + 0.5 * mean_step + prefill + (held + polled) * dec.total
     decode_time = np.maximum(osl - 1, 0) * tpot

@@ -6,8 +6,9 @@ scale-up domain, its NIC otherwise, as NIXL and Mooncake do), and the decode ran
 prefill interference. In a closed loop the two pools form a two-station network: throughput is the smallest of
 what the prefill pool can prefill, what the decode slots can carry, and what the requests in flight allow
 (Little's law at the light-load latency); requests beyond what the pools absorb queue, which shows in TTFT.
-Requests that finish together are replaced together, as in the aggregated loop (batching.burst_size): the burst
-reaches the prefill pool at once and is prefilled in rounds of the pool's slots, first come, first served.
+Requests that finish together are replaced together, as in the aggregated loop (batching.burst_size, with the
+engine's pool_burst share: the pool takes the first-token requests of many decode ranks): the burst reaches the
+prefill pool at once and is prefilled in rounds of the pool's slots, first come, first served (burst_wait).
 The decode batch and TPOT are solved together (TPOT grows with the batch the throughput puts on each rank).
 This is the rate matching of TensorRT-LLM's disaggregated methodology (``reference/serving.md`` §1.13).
 """
@@ -122,6 +123,29 @@ def first_token(request_ms: float, latency: np.ndarray, slots: np.ndarray, kv_tr
     return request_ms * 1e-3 + wait + latency + kv_transfer
 
 
+def burst_wait(share: float, in_flight: np.ndarray, slots: np.ndarray, latency: np.ndarray) -> np.ndarray:
+    """Seconds a request waits for the rounds of its burst before its own: burst_size(share, in_flight) prompts
+    reach the prefill pool together and are taken `slots` at a time, first come, first served, each round one
+    prefill `latency`: (rounds − 1)/2 rounds on average."""
+    rounds = burst_size(share, in_flight) / np.maximum(slots, 1e-9)
+    return np.maximum(rounds - 1.0, 0.0) / 2.0 * latency
+
+
+def settled_first_token(own: np.ndarray, share: float, throughput: np.ndarray, decode_time: np.ndarray,
+                        slots: np.ndarray, latency: np.ndarray) -> np.ndarray:
+    """The TTFT t a closed loop settles at when it completes `throughput` requests/s: t = own + burst_wait with
+    throughput·(t + decode_time) requests in flight (Little's law). Once a burst outgrows the slots the wait grows
+    linearly in t, by a = share·throughput·latency / (2·slots) per second of t, so t = (own + that linear wait at
+    t = 0) / (1 − a); as a nears 1 the bursts grow as fast as the pool drains them, and t, like contention_wait,
+    is held at a = 0.999."""
+    s = np.maximum(slots, 1e-9)
+    a = np.minimum(share * throughput * latency / (2.0 * s), 0.999)
+    linear = own + ((1.0 + share * (throughput * decode_time - 1.0)) / s - 1.0) * latency / 2.0
+    solved = linear / (1.0 - a)
+    active = burst_wait(share, throughput * (own + decode_time), slots, latency) > 0
+    return np.where(active, np.maximum(solved, own), own)
+
+
 @dataclass(frozen=True, slots=True)
 class DisaggResult:
     """Steady state of a disaggregated deployment (arrays), seconds unless noted."""
@@ -158,9 +182,8 @@ def disaggregated(pre: StepModel, dec: StepModel, *, isl: np.ndarray, osl: np.nd
     slots = p_lay.workers * p_lay.dp * service.prompts
     # Requests that finish together are replaced together: a burst arrives at the prefill pool, which takes it
     # `slots` prompts per round, and a request waits for the rounds before its own, (rounds − 1)/2 on average.
-    rounds = burst_size(pre.engine.knobs.pool_burst, concurrency) / np.maximum(slots, 1e-9)
-    burst_wait = np.maximum(rounds - 1.0, 0.0) / 2.0 * service.latency
-    light = service.latency + kv_transfer + pre.engine.knobs.request_ms * 1e-3 + burst_wait
+    waited = burst_wait(pre.engine.knobs.pool_burst, concurrency, slots, service.latency)
+    light = service.latency + kv_transfer + pre.engine.knobs.request_ms * 1e-3 + waited
 
     def balance(b: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(throughput, batch it puts on a decode rank) when each decode rank runs b sequences; arrays of
@@ -200,7 +223,7 @@ def disaggregated(pre: StepModel, dec: StepModel, *, isl: np.ndarray, osl: np.nd
     throughput = closed_loop_rate(concurrency, light + decode_time, service.latency, slots,
                                   np.minimum(prefill_capacity, decode_ranks * decode_slots / np.maximum(decode_time,
                                                                                                       1e-12)))
-    own = first_token(pre.engine.knobs.request_ms, service.latency, slots, kv_transfer, throughput) + burst_wait
+    own = first_token(pre.engine.knobs.request_ms, service.latency, slots, kv_transfer, throughput) + waited
     in_flight_time = np.divide(concurrency, throughput, out=np.full_like(throughput, np.inf), where=throughput > 0)
     ttft = np.maximum(own, in_flight_time - decode_time)
     return DisaggResult(ttft=ttft, tpot=tpot, throughput=throughput, decode_batch=batch,

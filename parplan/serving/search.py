@@ -25,7 +25,7 @@ import numpy as np
 from parplan.errors import InvalidStrategyError, NoFeasiblePlanError, ParplanError
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
-from parplan.serving.disagg import decode_state, first_token, prefill_service, transfer_seconds
+from parplan.serving.disagg import decode_state, first_token, prefill_service, settled_first_token, transfer_seconds
 from parplan.serving.engines import Engine
 from parplan.serving.evaluate import AggregatedEval, Traffic, evaluate_aggregated, for_rate
 from parplan.serving.kvcache import gpu_sequence_bytes
@@ -272,7 +272,10 @@ def search_disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine,
     recv = gpu_sequence_bytes(model, precision.kv_cache, isl, d_lay.tp, d_lay.pp)
     xfer = transfer_seconds(cluster, np.maximum(send[pi], recv[di]), used)
     slots = pw * p_lay.dp[pi] * service.prompts[pi]
-    ttft = first_token(engine.knobs.request_ms, service.latency[pi], slots, xfer, demand) * 1e3
+    # The closed loop's bursts reach the prefill pool as disaggregated() has them, at the requests in flight the
+    # TTFT itself sets (Little's law), so that the plan and its reproducing `serve explain` agree.
+    own = first_token(engine.knobs.request_ms, service.latency[pi], slots, xfer, demand)
+    ttft = settled_first_token(own, engine.knobs.pool_burst, demand, decode_time[di], slots, service.latency[pi]) * 1e3
     tp_ms = tpot[di] * 1e3
     light = service.latency[pi] + xfer + engine.knobs.request_ms * 1e-3
     in_flight = demand * (ttft / 1e3 + decode_time[di])
