@@ -298,10 +298,10 @@ def test_drawn_lengths_are_served_at_their_mean():
 def test_drawn_output_lengths_unlock_a_prefill_first_loop():
     """SGLang runs prefill first: requests that start together decode in lockstep, and with equal output lengths
     they finish and are replaced together, so the whole set in flight arrives as one burst. Output lengths drawn
-    from 0.8-1× end them over a spread of steps (200 steps for 1,000 tokens), so only the engine's burst share of
-    them arrives together: the first token waits for fewer prompts than at fixed lengths of the same mean, while
-    a lone request (no one to wait for) costs what it costs at the mean lengths. vLLM mixes prefill into its decode
-    steps and never locks the whole set (test_drawn_lengths_are_served_at_their_mean)."""
+    from 0.8-1× end them over a spread of steps (200 steps for 1,000 tokens: a 1/200 share a step), so only the
+    engine's burst share of them arrives together: the first token waits for fewer prompts than at fixed lengths
+    of the same mean, while a lone request (no one to wait for) costs what it costs at the mean lengths. vLLM mixes
+    prefill into its decode steps and never locks the whole set (test_drawn_lengths_are_served_at_their_mean)."""
     d = Deployment(engine="sglang", precision=Precision.parse("fp8"), pool=Pool(tp=8))
 
     def ttft(concurrency, **lengths):
@@ -309,6 +309,8 @@ def test_drawn_output_lengths_unlock_a_prefill_first_loop():
 
     assert ttft(32, isl=1000, osl=1000, range_ratio=0.8) < ttft(32, isl=900, osl=900)
     assert ttft(1, isl=1000, osl=1000, range_ratio=0.8) == pytest.approx(ttft(1, isl=900, osl=900), rel=1e-12)
+    # lengths drawn from [999, 1000] end a lockstep group within one step: it stays locked (mean 999.5 tokens)
+    assert ttft(32, isl=1000, osl=1000, range_ratio=0.999) == pytest.approx(ttft(32, isl=1000, osl=1000), rel=0.01)
     # the share that stays together is the aggregated burst knob (the prefill pools' pool_burst plays no part),
     # and at a share of 1 the unlocked loop is the locked one
     prec = Precision(gemm="fp8", moe="fp8")

@@ -38,8 +38,9 @@ request that arrives while others decode waits for the next poll, (N − 1)/2 de
 that carries prefill is followed by a poll at once, so only the share of steps that only decode is spaced out. A
 closed loop's arrival finds the others decoding, unless the loop is phase-locked (then the whole set is replaced
 at once on an idle rank); an open loop's finds the rank busy as often as it holds a request; a request that queues
-for a slot was polled long before one frees. Drawn lengths unlock the loop at once, whatever their spread: a spread
-of a step or two would leave it nearly locked, but InferenceX's clients draw over a fifth of the output.
+for a slot was polled long before one frees. Drawn lengths unlock the loop as far as they spread a lockstep group's
+ends: over W decode steps a 1/W share of it ends together, never less than the engine's share (InferenceX's clients
+draw over a fifth of the output, hundreds of steps: the engine's share).
 Little's law closes the loop: throughput X = R / latency, and the C − R requests that find no slot (the KV
 cache or the engine's max running requests being full), or that the prefill budget cannot absorb, queue:
 TTFT = C/X − (OSL − 1)·TPOT.
@@ -140,13 +141,13 @@ def prefill_steps(prompt: np.ndarray, budget: np.ndarray, chunked: bool) -> np.n
 
 def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.ndarray, concurrency: np.ndarray,
                max_running: np.ndarray, chunk: float, spec: float = 1.0, tokens_per_step: float = 1.0,
-               open_loop: bool = False, drawn: np.ndarray | bool = False) -> PhaseResult:
+               open_loop: bool = False, osl_spread: np.ndarray | float = 0.0) -> PhaseResult:
     """Closed-loop steady state of an aggregated attention rank with `concurrency` requests in flight.
 
     isl/osl: tokens per request; prompt: tokens it prefills (after prefix-cache hits); max_running: requests
     the rank can hold (KV cache, engine cap); chunk: the engine's token budget per step; spec: tokens a
     decoding sequence adds to a step (1 + drafts); tokens_per_step: output tokens a sequence gains per step;
-    drawn: whether output lengths vary between requests (Traffic.drawn)."""
+    osl_spread: output tokens between the shortest and the longest request (Traffic.osl_spread)."""
     pp = sm.lay.pp
     eng = sm.engine
     running = np.minimum(concurrency, max_running)
@@ -168,7 +169,12 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
     # burst. Mixed steps prefill a burst over several steps while decoding goes on, and drawn output lengths end
     # a burst's requests over a spread of steps: either staggers the replacements, and only a share (the knob)
     # stays locked.
-    burst = burst_size(np.where(drawn | eng.mixed_batches, eng.knobs.burst, 1.0), running, open_loop)
+    # A lockstep group whose output lengths spread over W decode steps ends a 1/W share of it per step: all of it
+    # together (locked) below one step, never less than the engine's share.
+    spread = osl_spread / tokens_per_step
+    locked = np.minimum(1.0, 1.0 / np.maximum(spread, 1.0))
+    together = np.where(eng.mixed_batches, eng.knobs.burst, np.maximum(eng.knobs.burst, locked))
+    burst = burst_size(together, running, open_loop)
     decode_batch = capped * decode_steps
     held, burst = batch_wait(eng.batch_wait, burst, capped, decode_batch * spec, prompt, chunk,
                              (sm.lay.dp == 1) & (running > 1))
@@ -226,7 +232,7 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
     # requests queue for a slot (they were polled long before one frees).
     busy = np.clip(running - (0.0 if open_loop else 1.0), 0.0, 1.0)
     # A locked loop (prefill first, equal lengths) replaces its whole set at once, on a rank that decodes nothing.
-    busy = np.where(open_loop | drawn | eng.mixed_batches, busy, 0.0)
+    busy = np.where(open_loop | (together < 1.0), busy, 0.0)
     polled = np.where(concurrency > running, 0.0, (eng.recv_interval - 1.0) / 2.0 * (1.0 - step_share) * busy)
     own = eng.knobs.request_ms * 1e-3 + 0.5 * mean_step + prefill + (held + polled) * dec.total
     decode_time = np.maximum(osl - 1, 0) * tpot

@@ -65,10 +65,10 @@ class Traffic:
                    mtp=mtp, acceptance=acceptance, longest=(column(lambda w: w.isl), column(lambda w: w.osl)))
 
     @property
-    def drawn(self) -> np.ndarray | bool:
-        """Whether the requests' output lengths vary (a client draws them below the longest), so requests that
-        start together do not finish together."""
-        return False if self.longest is None else self.longest[1] > self.osl
+    def osl_spread(self) -> np.ndarray | float:
+        """Output tokens between the shortest and the longest request (a client's uniform draw spans twice the
+        distance from its mean to the longest): requests that start together finish over that many tokens."""
+        return 0.0 if self.longest is None else 2.0 * np.maximum(self.longest[1] - self.osl, 0.0)
 
     def part(self, start: int, stop: int, size: int) -> Traffic:
         """Entries start:stop of a workload of `size` deployments (a one-entry workload serves them all)."""
@@ -151,7 +151,7 @@ def evaluate_aggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine, 
     phase = aggregated(sm, isl=traffic.isl, osl=traffic.osl, prompt=traffic.prompt,
                        concurrency=traffic.concurrency / ranks, max_running=_max_running(engine, mem, lay), chunk=k,
                        spec=traffic.spec, tokens_per_step=traffic.tokens_per_step, open_loop=open_loop,
-                       drawn=traffic.drawn)
+                       osl_spread=traffic.osl_spread)
     latency = phase.ttft + np.maximum(traffic.osl - 1, 0) * phase.tpot
     per_gpu = phase.throughput * traffic.osl / (lay.tp * lay.pp)
     return AggregatedEval(lay=lay, memory=mem, phase=phase, request_latency=latency, output_tok_s_per_gpu=per_gpu,
