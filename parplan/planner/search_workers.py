@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import queue
 import signal
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -19,6 +20,9 @@ PARALLEL_MIN = 1 << 25
 evaluating its own share of the compute, costs more than it saves (llama3.1-405b on 16,384 GPUs, 2.6 M
 candidates, is faster in-process on 2 cores; DeepSeek-V3 on 2,048, 860 M, is not)."""
 
+
+TEARDOWN_SECONDS = 2.0
+"""Longest wait for the pool's teardown (_Runner.close): far above the milliseconds it takes when it ends."""
 
 _STATE: dict[str, object] = {}
 """The search a forked worker runs (inherited at fork; only small arrays travel back and forth)."""
@@ -70,6 +74,14 @@ class _Runner:
             return out
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.terminate()
+        """Stop the workers. Pool.terminate() kills them, then joins the thread that reads their results; a worker
+        killed while it was writing a result (Ctrl-C mid-search) leaves that thread waiting for good for the rest
+        of the message (CPython's Pool: one Ctrl-C in about fifty near a search's end hung so). The workers are
+        gone by then, so the wait is bounded, and the reader, a daemon thread, goes with the process."""
+        if self.pool is None:
+            return
+        closer = threading.Thread(target=self.pool.terminate, daemon=True)
+        closer.start()
+        closer.join(TEARDOWN_SECONDS)
+        if not closer.is_alive():
             self.pool.join()
