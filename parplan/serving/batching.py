@@ -164,16 +164,12 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
     capped = np.minimum(per_step, budget / prompt)
     # An engine that does not mix prefill into decode steps runs prefill first (SGLang's get_next_batch_to_run
     # runs a new prefill batch whenever one can be formed, decode only when none can): every request of a burst
-    # starts decoding in the same step, finishes in the same step if their output lengths are equal, and is
-    # replaced in the same step, so a closed loop stays phase-locked and the whole set in flight arrives as one
-    # burst. Mixed steps prefill a burst over several steps while decoding goes on, and drawn output lengths end
-    # a burst's requests over a spread of steps: either staggers the replacements, and only a share (the knob)
-    # stays locked.
-    # A lockstep group whose output lengths spread over W decode steps ends a 1/W share of it per step: all of it
-    # together (locked) below one step, never less than the engine's share.
-    spread = osl_spread / tokens_per_step
-    locked = np.minimum(1.0, 1.0 / np.maximum(spread, 1.0))
-    together = np.where(eng.mixed_batches, eng.knobs.burst, np.maximum(eng.knobs.burst, locked))
+    # starts decoding in the same step, and one whose output lengths spread over W decode steps ends a 1/W share
+    # of it per step and is replaced so; below one step the closed loop stays phase-locked and the whole set in
+    # flight arrives as one burst. Mixed steps prefill a burst over several steps while decoding goes on, which
+    # staggers the replacements: there, as for a wide spread, only a share (the knob) stays together.
+    locked = np.minimum(1.0, 1.0 / np.maximum(osl_spread / tokens_per_step, 1.0))
+    together = eng.knobs.burst if eng.mixed_batches else np.maximum(eng.knobs.burst, locked)
     burst = burst_size(together, running, open_loop)
     decode_batch = capped * decode_steps
     held, burst = batch_wait(eng.batch_wait, burst, capped, decode_batch * spec, prompt, chunk,

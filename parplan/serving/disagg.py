@@ -134,16 +134,12 @@ def burst_wait(share: float, in_flight: np.ndarray, slots: np.ndarray, latency: 
 def settled_first_token(own: np.ndarray, share: float, throughput: np.ndarray, decode_time: np.ndarray,
                         slots: np.ndarray, latency: np.ndarray) -> np.ndarray:
     """The TTFT t a closed loop settles at when it completes `throughput` requests/s: t = own + burst_wait with
-    throughput·(t + decode_time) requests in flight (Little's law). Once a burst outgrows the slots the wait grows
-    linearly in t, by a = share·throughput·latency / (2·slots) per second of t, so t = (own + that linear wait at
-    t = 0) / (1 − a); as a nears 1 the bursts grow as fast as the pool drains them, and t, like contention_wait,
-    is held at a = 0.999."""
-    s = np.maximum(slots, 1e-9)
-    a = np.minimum(share * throughput * latency / (2.0 * s), 0.999)
-    linear = own + ((1.0 + share * (throughput * decode_time - 1.0)) / s - 1.0) * latency / 2.0
-    solved = linear / (1.0 - a)
-    active = burst_wait(share, throughput * (own + decode_time), slots, latency) > 0
-    return np.where(active, np.maximum(solved, own), own)
+    throughput·(t + decode_time) requests in flight (Little's law). Once a burst outgrows the slots, burst_wait
+    grows linearly in the requests in flight, by a = share·throughput·latency / (2·slots) per second of t, so
+    t = own + w / (1 − a), w the wait at t = own (nothing where the bursts fit the slots there); as a nears 1 the
+    bursts grow as fast as the pool drains them, and t, like contention_wait, is held at a = 0.999."""
+    a = np.minimum(share * throughput * latency / (2.0 * np.maximum(slots, 1e-9)), 0.999)
+    return own + burst_wait(share, throughput * (own + decode_time), slots, latency) / (1.0 - a)
 
 
 @dataclass(frozen=True, slots=True)
