@@ -234,6 +234,27 @@ def test_range_ratio_column_reaches_the_workload(run_cli, tmp_path):
     assert code == 1 and "field 'range_ratio': row 1: must lie in (0, 1]" in err and "Traceback" not in err
 
 
+def test_workers_column_shares_the_concurrency(run_cli, run_json, tmp_path):
+    """An aggregated row run as several workers behind a router (num_workers; SOURCES.md rule 5) spreads its
+    concurrency over them: 16 in flight on 4 workers of tp 4 is, for each request, 4 in flight on one worker (each
+    runs its own steps and holds an equal share). The column names a row's error below 1 and on a disaggregated
+    row, which states its workers per role."""
+    from parplan.serving.cases import read_measured_csv
+
+    text = (HEADER + ",num_workers\n" + ROW + ",4\n"
+            + ROW.replace("r1,silicon_concurrency=16", "r2,silicon_concurrency=4") + ",\n")
+    four, one = read_measured_csv("rows.csv", text)
+    assert (four.deployment.pool.workers, one.deployment.pool.workers) == (4, 1)
+    shared, alone = (r["metrics"] for r in run_json("validate", "--serving", _write(tmp_path, text))["rows"])
+    for metric in ("ttft_ms", "tpot_ms"):
+        assert shared[metric]["predicted"] == pytest.approx(alone[metric]["predicted"], rel=1e-9)
+    for row, message in ((ROW + ",0", "field 'num_workers': row 1: must be >= 1"),
+                         (ROW.replace(",agg,", ",disagg,") + ",2", "field 'num_workers': row 1: applies to an "
+                                                                    "aggregated row")):
+        code, _, err = run_cli("validate", "--serving", _write(tmp_path, HEADER + ",num_workers\n" + row + "\n"))
+        assert code == 1 and message in err and "Traceback" not in err
+
+
 def test_unmodellable_rows_are_refused_with_a_reason(run_json, tmp_path):
     """A well-formed row on a GPU without a preset, or with a layout that does not divide the model, is kept
     and refused with the reason (not a file error)."""

@@ -100,6 +100,11 @@ request's input and output lengths drawn uniformly from [⌊ratio·isl⌋, isl] 
 (Workload.range_ratio, benchmark_serving.py --random-range-ratio); empty: every request has isl and osl tokens,
 as aiperf's fixed lengths do."""
 
+WORKERS_COLUMN = "num_workers"
+"""Optional column: the workers of an aggregated row (replicas of its layout behind a router, which splits the
+concurrency evenly among them; Pool.workers), where the file knows them; empty: one. A disaggregated row states
+its workers per role (prefill_num_workers, decode_num_workers)."""
+
 METRICS = ("ttft_ms", "tpot_ms")
 """The metrics of a measured row, named as serve_evaluate names them."""
 
@@ -203,9 +208,10 @@ def _concurrency(row: _Row) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _pool(row: _Row, prefix: str, *, moe: bool, workers: bool) -> Pool:
+def _pool(row: _Row, prefix: str, *, moe: bool) -> Pool:
     """A pool from the columns `prefix`tp_size etc.; 0 or empty means 'not applicable' where the file uses
-    it so (attention DP 1; MoE sizes of dense models). Raises ParplanError for a layout a Pool rejects."""
+    it so (attention DP 1; MoE sizes of dense models; one worker). Raises ParplanError for a layout a Pool
+    rejects."""
     tp = row.int(prefix + "tp_size", minimum=1)
     pp = row.int(prefix + "pp_size", minimum=1) or 1
     dp = row.int(prefix + "attention_dp_size") or 1
@@ -216,7 +222,7 @@ def _pool(row: _Row, prefix: str, *, moe: bool, workers: bool) -> Pool:
         raise ParplanError("the MoE layout (moe_tp_size, moe_ep_size) is not recorded")
     if not moe:
         moe_tp, moe_ep = None, 1
-    n = (row.int(prefix + "num_workers", minimum=1) or 1) if workers else 1
+    n = row.int(prefix + "num_workers", minimum=1) or 1
     row.int(prefix + "batch_size", minimum=1)  # checked; only the token budget reads it (_measured_budget)
     return Pool(tp=tp, pp=pp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep or 1, workers=n)
 
@@ -306,7 +312,7 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
                             dp_balance=launch["dp_balance"], cuda_graph_max_batch=launch["cuda_graph_max_batch"],
                             recv_interval=launch["recv_interval"])
             if mode == "aggregated":
-                pool = _pool(row, "", moe=model.moe is not None, workers=False)
+                pool = _pool(row, "", moe=model.moe is not None)
                 if launch["max_running"] is not None:
                     pool = dataclasses.replace(pool, batch=launch["max_running"])
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, pool=pool,
@@ -317,12 +323,15 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
                 if launch["max_running"] is not None:
                     raise row.error("max_running", "applies to an aggregated row (a disaggregated row states "
                                                    "decode_batch_size per worker)")
+                if row.text(WORKERS_COLUMN):
+                    raise row.error(WORKERS_COLUMN, "applies to an aggregated row (a disaggregated row states "
+                                                    "prefill_num_workers and decode_num_workers)")
                 for role in ("prefill_", "decode_"):
                     for column in ROLE_COLUMNS:
                         if role + column not in columns:
                             raise ConfigError("required column is missing", file=file, field=role + column)
-                prefill = _pool(row, "prefill_", moe=model.moe is not None, workers=True)
-                decode = _pool(row, "decode_", moe=model.moe is not None, workers=True)
+                prefill = _pool(row, "prefill_", moe=model.moe is not None)
+                decode = _pool(row, "decode_", moe=model.moe is not None)
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, prefill=prefill,
                                         decode=decode, chunk_tokens=launch["chunk_tokens"], **settings)
                 concurrency = _concurrency(row)
