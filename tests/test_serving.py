@@ -157,6 +157,30 @@ def test_disaggregated_decode_batch_balances():
         assert x * (est.ttft_ms + 511 * est.tpot_ms) * 1e-3 == pytest.approx(c, rel=2e-3)
 
 
+def test_a_prefill_step_carries_the_prompts_that_arrive_together():
+    """A disaggregated prefill rank's step carries the prompts that reach it together (PrefillService.ride), not
+    always the token budget's worth: one request in flight is prefilled alone, in the step of its own 1,024
+    tokens; a burst of more than a full step per rank (8 prompts of 1,024 in the 8,192-token budget, on each of
+    the 4 attention-DP ranks) rides full steps; in between, the step time grows linearly with its prompts."""
+    from parplan.serving.disagg import prefill_service
+
+    pool = Pool(tp=1, dp=4, moe_ep=4)
+    d = Deployment(engine="trtllm", precision=Precision(gemm="fp4", moe="fp4"), mode="disaggregated", prefill=pool,
+                   decode=Pool(tp=8, moe_ep=8, workers=5))
+    sm = StepModel(load_model(DSV3), load_cluster("b200"), load_engine("trtllm"), d.precision,
+                   PoolArrays.from_pools([pool]))
+    one = np.ones(1)
+    alone = sm.step(0.0, 0.0, 1024.0 * one, 512.0 * one, one, mixed=True).total[0]
+    full = sm.step(0.0, 0.0, 8192.0 * one, 512.0 * one, 8.0 * one, mixed=True).total[0]
+    service = prefill_service(sm, 1024.0 * one, 1024.0 * one, 8192.0, np.full(1, np.inf))
+    assert (service.prompts[0], service.alone[0], service.latency[0]) == (8.0, alone, full)
+    assert service.ride(np.array([4.5]))[0] == pytest.approx((alone + full) / 2.0, rel=1e-12)
+    lone = serve_evaluate(DSV3, "b200", d, Workload(isl=1024, osl=1024, concurrency=1))
+    assert lone.state["prefill_latency_ms"] == pytest.approx(alone * 1e3, rel=1e-12)
+    crowd = serve_evaluate(DSV3, "b200", d, Workload(isl=1024, osl=1024, concurrency=1000))
+    assert crowd.state["prefill_latency_ms"] == pytest.approx(full * 1e3, rel=1e-12)
+
+
 def test_more_concurrency_more_throughput_slower_tokens():
     """On one layout, a larger closed loop raises tokens/s per GPU and TPOT together (batching)."""
     ev = _agg(LLAMA70, "h200", "vllm", [Pool(tp=4)] * 4, [1024] * 4, [1024] * 4, [4, 16, 64, 256],

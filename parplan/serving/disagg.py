@@ -15,6 +15,7 @@ This is the rate matching of TensorRT-LLM's disaggregated methodology (``referen
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,26 +66,44 @@ class PrefillService:
     """What one prefill rank does for a request (arrays over prefill layouts)."""
 
     latency: np.ndarray
-    """Seconds from a prompt's first prefill step to its last on an idle rank."""
+    """Seconds from a prompt's first prefill step to its last when each step is full (`prompts` prompts)."""
+    alone: np.ndarray
+    """Seconds from a prompt's first prefill step to its last on an idle rank, the prompt alone in its steps."""
     prompts: np.ndarray
     """Prompts one prefill step carries (as many as the token budget holds, at most the pool's batch)."""
     capacity: np.ndarray
     """Prompts one rank prefills per second."""
     step: StepTime
+    """A full step."""
+
+    def ride(self, together: np.ndarray) -> np.ndarray:
+        """Seconds a prompt's prefill takes when `together` prompts reach its rank at once: its steps carry them
+        all, up to a full step (more wait for the next round: burst_wait). A step's time grows about linearly
+        with its prompts (the same weights stream once, each prompt adds its tokens' work), so it is
+        interpolated between the prompt alone and a full step."""
+        share = np.clip((together - 1.0) / np.maximum(self.prompts - 1.0, 1e-9), 0.0, 1.0)
+        return self.alone + share * (self.latency - self.alone)
+
+    def take(self, idx: np.ndarray) -> PrefillService:
+        """The service of the layouts at `idx`."""
+        step = StepTime(**{f.name: getattr(self.step, f.name)[idx] for f in dataclasses.fields(self.step)})
+        return PrefillService(latency=self.latency[idx], alone=self.alone[idx], prompts=self.prompts[idx],
+                              capacity=self.capacity[idx], step=step)
 
 
 def prefill_service(pre: StepModel, isl: np.ndarray, prompt: np.ndarray, chunk: float,
                     prefill_batch: np.ndarray) -> PrefillService:
     """A prefill rank's latency and capacity: k prompts per step (the budget's worth, at most prefill_batch),
-    a prompt longer than the budget over ⌈P / K⌉ steps when the engine chunks."""
+    a prompt longer than the budget over ⌈P / K⌉ steps when the engine chunks; and one prompt's latency alone."""
     n_p = prefill_steps(prompt, np.full_like(prompt, chunk), pre.engine.chunked_prefill)
     per_step = np.where(prompt >= chunk, 1.0, np.maximum(1.0, np.floor(chunk / prompt)))
     k = np.minimum(per_step, prefill_batch)
-    tokens = np.where(n_p > 1, chunk, k * prompt)
     pp = pre.lay.pp
-    step = pre.step(0.0, 0.0, tokens / pp, (isl - prompt) + prompt / 2.0, k / pp, mixed=True)
+    keys = (isl - prompt) + prompt / 2.0
+    step = pre.step(0.0, 0.0, np.where(n_p > 1, chunk, k * prompt) / pp, keys, k / pp, mixed=True)
+    alone = pre.step(0.0, 0.0, np.where(n_p > 1, chunk, prompt) / pp, keys, 1.0 / pp, mixed=True)
     latency = n_p * step.total
-    return PrefillService(latency=latency, prompts=k, capacity=k / latency, step=step)
+    return PrefillService(latency=latency, alone=n_p * alone.total, prompts=k, capacity=k / latency, step=step)
 
 
 def decode_state(dec: StepModel, batch: np.ndarray, isl: np.ndarray, osl: np.ndarray, spec: float,
@@ -114,13 +133,13 @@ def closed_loop_rate(concurrency: np.ndarray, fixed: np.ndarray, latency: np.nda
     return np.where(full, hi, lo)
 
 
-def first_token(request_ms: float, latency: np.ndarray, slots: np.ndarray, kv_transfer: np.ndarray,
-                throughput: np.ndarray) -> np.ndarray:
+def first_token(request_ms: float, ride: np.ndarray, latency: np.ndarray, slots: np.ndarray,
+                kv_transfer: np.ndarray, throughput: np.ndarray) -> np.ndarray:
     """TTFT without a closed-loop queue: the request's time outside the steps (the engine's request_ms), the
-    wait for one of the prefill pool's `slots` (ranks × prompts per step; M/D/c at the throughput), its
-    prefill `latency`, and its KV transfer."""
+    wait for one of the prefill pool's `slots` (ranks × prompts per step, each full step `latency`; M/D/c at the
+    throughput), its own prefill (`ride`: PrefillService.ride), and its KV transfer."""
     wait = contention_wait(throughput, latency, slots)
-    return request_ms * 1e-3 + wait + latency + kv_transfer
+    return request_ms * 1e-3 + wait + ride + kv_transfer
 
 
 def burst_wait(share: float, in_flight: np.ndarray, slots: np.ndarray, latency: np.ndarray) -> np.ndarray:
@@ -131,15 +150,25 @@ def burst_wait(share: float, in_flight: np.ndarray, slots: np.ndarray, latency: 
     return np.maximum(rounds - 1.0, 0.0) / 2.0 * latency
 
 
-def settled_first_token(own: np.ndarray, share: float, throughput: np.ndarray, decode_time: np.ndarray,
-                        slots: np.ndarray, latency: np.ndarray) -> np.ndarray:
-    """The TTFT t a closed loop settles at when it completes `throughput` requests/s: t = own + burst_wait with
-    throughput·(t + decode_time) requests in flight (Little's law). Once a burst outgrows the slots, burst_wait
-    grows linearly in the requests in flight, by a = share·throughput·latency / (2·slots) per second of t, so
-    t = own + w / (1 − a), w the wait at t = own (nothing where the bursts fit the slots there); as a nears 1 the
-    bursts grow as fast as the pool drains them, and t, like contention_wait, is held at a = 0.999."""
-    a = np.minimum(share * throughput * latency / (2.0 * np.maximum(slots, 1e-9)), 0.999)
-    return own + burst_wait(share, throughput * (own + decode_time), slots, latency) / (1.0 - a)
+SETTLE_ROUNDS = 4
+"""Rounds of settled_first_token's fixed point on the prompt's own prefill (it saturates at a full step)."""
+
+
+def settled_first_token(base: np.ndarray, service: PrefillService, ranks: np.ndarray, share: float,
+                        throughput: np.ndarray, decode_time: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """The TTFT t a closed loop settles at when it completes `throughput` requests/s, with throughput·(t +
+    decode_time) requests in flight (Little's law): t = base + the prompt's own prefill (its burst spread over
+    the `ranks` prefill ranks, PrefillService.ride) + burst_wait. Once a burst outgrows the slots, burst_wait grows
+    linearly in the requests in flight, by a = share·throughput·latency / (2·slots) per second of t, so t = own +
+    w / (1 − a), w the wait at t = own (nothing where the bursts fit the slots there); as a nears 1 the bursts grow
+    as fast as the pool drains them, and t, like contention_wait, is held at a = 0.999. The own prefill grows
+    with t up to a full step, so it is settled by a few rounds of the same."""
+    a = np.minimum(share * throughput * service.latency / (2.0 * np.maximum(slots, 1e-9)), 0.999)
+    t = base + service.alone
+    for _ in range(SETTLE_ROUNDS):
+        own = base + service.ride(burst_size(share, throughput * (t + decode_time)) / ranks)
+        t = own + burst_wait(share, throughput * (own + decode_time), slots, service.latency) / (1.0 - a)
+    return t
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +184,7 @@ class DisaggResult:
     prefill_utilisation: np.ndarray
     """Share of the prefill pool's capacity in use."""
     prefill_latency: np.ndarray
-    """One prompt's prefill on an idle prefill rank."""
+    """A prompt's prefill on its prefill rank, beside the prompts of its burst that share its steps."""
     kv_transfer: np.ndarray
     queue: np.ndarray
     prefill_step: StepTime
@@ -176,10 +205,13 @@ def disaggregated(pre: StepModel, dec: StepModel, *, isl: np.ndarray, osl: np.nd
     prefill_capacity = p_lay.workers * p_lay.dp * service.capacity
     decode_ranks = d_lay.workers * d_lay.dp
     slots = p_lay.workers * p_lay.dp * service.prompts
-    # Requests that finish together are replaced together: a burst arrives at the prefill pool, which takes it
-    # `slots` prompts per round, and a request waits for the rounds before its own, (rounds − 1)/2 on average.
-    waited = burst_wait(pre.engine.knobs.pool_burst, concurrency, slots, service.latency)
-    light = service.latency + kv_transfer + pre.engine.knobs.request_ms * 1e-3 + waited
+    # Requests that finish together are replaced together: a burst arrives at the prefill pool, spread over its
+    # ranks, whose steps carry its prompts (ride), `slots` prompts per round; a request waits for the rounds
+    # before its own, (rounds − 1)/2 on average.
+    share = pre.engine.knobs.pool_burst
+    ride = service.ride(burst_size(share, concurrency) / (p_lay.workers * p_lay.dp))
+    waited = burst_wait(share, concurrency, slots, service.latency)
+    light = ride + kv_transfer + pre.engine.knobs.request_ms * 1e-3 + waited
 
     def balance(b: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(throughput, batch it puts on a decode rank) when each decode rank runs b sequences; arrays of
@@ -219,9 +251,9 @@ def disaggregated(pre: StepModel, dec: StepModel, *, isl: np.ndarray, osl: np.nd
     throughput = closed_loop_rate(concurrency, light + decode_time, service.latency, slots,
                                   np.minimum(prefill_capacity, decode_ranks * decode_slots / np.maximum(decode_time,
                                                                                                       1e-12)))
-    own = first_token(pre.engine.knobs.request_ms, service.latency, slots, kv_transfer, throughput) + waited
+    own = first_token(pre.engine.knobs.request_ms, ride, service.latency, slots, kv_transfer, throughput) + waited
     in_flight_time = np.divide(concurrency, throughput, out=np.full_like(throughput, np.inf), where=throughput > 0)
     ttft = np.maximum(own, in_flight_time - decode_time)
     return DisaggResult(ttft=ttft, tpot=tpot, throughput=throughput, decode_batch=batch,
-                        prefill_utilisation=throughput / prefill_capacity, prefill_latency=service.latency,
+                        prefill_utilisation=throughput / prefill_capacity, prefill_latency=ride,
                         kv_transfer=kv_transfer, queue=ttft - light, prefill_step=service.step, decode_step=step)

@@ -25,6 +25,7 @@ import numpy as np
 from parplan.errors import InvalidStrategyError, NoFeasiblePlanError, ParplanError
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
+from parplan.serving.batching import burst_size
 from parplan.serving.disagg import decode_state, first_token, prefill_service, settled_first_token, transfer_seconds
 from parplan.serving.engines import Engine
 from parplan.serving.evaluate import AggregatedEval, Traffic, evaluate_aggregated, for_rate
@@ -274,11 +275,14 @@ def search_disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine,
     slots = pw * p_lay.dp[pi] * service.prompts[pi]
     # The closed loop's bursts reach the prefill pool as disaggregated() has them, at the requests in flight the
     # TTFT itself sets (Little's law), so that the plan and its reproducing `serve explain` agree.
-    own = first_token(engine.knobs.request_ms, service.latency[pi], slots, xfer, demand)
-    ttft = settled_first_token(own, engine.knobs.pool_burst, demand, decode_time[di], slots, service.latency[pi]) * 1e3
+    chosen = service.take(pi)
+    base = first_token(engine.knobs.request_ms, 0.0, chosen.latency, slots, xfer, demand)
+    ttft = settled_first_token(base, chosen, pw * p_lay.dp[pi], engine.knobs.pool_burst, demand, decode_time[di],
+                               slots) * 1e3
     tp_ms = tpot[di] * 1e3
-    light = service.latency[pi] + xfer + engine.knobs.request_ms * 1e-3
+    light = chosen.alone + xfer + engine.knobs.request_ms * 1e-3
     in_flight = demand * (ttft / 1e3 + decode_time[di])
+    ride = chosen.ride(burst_size(engine.knobs.pool_burst, in_flight) / (pw * p_lay.dp[pi]))
     meets = _meets(targets, ttft, tp_ms) & np.isfinite(ttft)
     per_gpu = demand * osl / used
 
@@ -294,7 +298,7 @@ def search_disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine,
             tokens_per_s_per_gpu=float(per_gpu[j]), tokens_per_s_per_user=float(1e3 / tp_ms[j]),
             ttft_ms=float(ttft[j]), tpot_ms=float(tp_ms[j]), requests_per_s=float(demand[j]),
             concurrency=int(np.ceil(in_flight[j])), meets=bool(meets[j]), prefill=prefill, decode=decode,
-            detail={"prefill_ms": float(service.latency[pi[j]] * 1e3), "kv_transfer_ms": float(xfer[j] * 1e3),
+            detail={"prefill_ms": float(ride[j] * 1e3), "kv_transfer_ms": float(xfer[j] * 1e3),
                     "prefill_utilisation": float(demand[j] / (pw[j] * p_lay.dp[pi[j]] * service.capacity[pi[j]])),
                     "prefill_slots": float(slots[j]),
                     "decode_step_ms": float(step.total[di[j]] * 1e3),
