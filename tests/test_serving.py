@@ -179,6 +179,10 @@ def test_a_prefill_step_carries_the_prompts_that_arrive_together():
     assert lone.state["prefill_latency_ms"] == pytest.approx(alone * 1e3, rel=1e-12)
     crowd = serve_evaluate(DSV3, "b200", d, Workload(isl=1024, osl=1024, concurrency=1000))
     assert crowd.state["prefill_latency_ms"] == pytest.approx(full * 1e3, rel=1e-12)
+    # A prompt of the whole budget fills each step alone: one prompt a step, whatever arrives with it.
+    long = prefill_service(sm, 8192.0 * one, 8192.0 * one, 8192.0, np.full(1, np.inf))
+    assert long.prompts[0] == 1.0 and long.alone[0] == long.latency[0]
+    assert long.ride(np.array([50.0]))[0] == long.latency[0]
 
 
 def test_more_concurrency_more_throughput_slower_tokens():

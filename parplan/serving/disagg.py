@@ -1,6 +1,7 @@
 """Disaggregated serving: a prefill pool and a decode pool, the KV cache moving from one to the other.
 
-A request is prefilled by one prefill attention rank (with k prompts per step when they fit the token budget),
+A request is prefilled by one prefill attention rank, in steps that carry the prompts of its burst that reach
+the rank with it (up to k per step, as many as the token budget holds),
 its KV cache travels to a decode rank (each prefill GPU sends its shard over its own link: NVLink inside one
 scale-up domain, its NIC otherwise, as NIXL and Mooncake do), and the decode rank generates the rest without
 prefill interference. In a closed loop the two pools form a two-station network: throughput is the smallest of
@@ -151,24 +152,31 @@ def burst_wait(share: float, in_flight: np.ndarray, slots: np.ndarray, latency: 
 
 
 SETTLE_ROUNDS = 4
-"""Rounds of settled_first_token's fixed point on the prompt's own prefill (it saturates at a full step)."""
+"""Rounds of settled_first_token's fixed point on the prompt's own prefill, which grows with t up to a full step
+and stops there: after 4 rounds t moves by less than 1e-4 of itself (4 against 200 rounds on 1,200 candidates of
+four searches: at most 4e-5)."""
 
 
-def settled_first_token(base: np.ndarray, service: PrefillService, ranks: np.ndarray, share: float,
-                        throughput: np.ndarray, decode_time: np.ndarray, slots: np.ndarray) -> np.ndarray:
-    """The TTFT t a closed loop settles at when it completes `throughput` requests/s, with throughput·(t +
-    decode_time) requests in flight (Little's law): t = base + the prompt's own prefill (its burst spread over
-    the `ranks` prefill ranks, PrefillService.ride) + burst_wait. Once a burst outgrows the slots, burst_wait grows
-    linearly in the requests in flight, by a = share·throughput·latency / (2·slots) per second of t, so t = own +
-    w / (1 − a), w the wait at t = own (nothing where the bursts fit the slots there); as a nears 1 the bursts grow
-    as fast as the pool drains them, and t, like contention_wait, is held at a = 0.999. The own prefill grows
-    with t up to a full step, so it is settled by a few rounds of the same."""
+def settled_first_token(request_ms: float, service: PrefillService, ranks: np.ndarray, share: float,
+                        throughput: np.ndarray, decode_time: np.ndarray, slots: np.ndarray,
+                        kv_transfer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(t, ride): the TTFT t a closed loop settles at when it completes `throughput` requests/s, with
+    throughput·(t + decode_time) requests in flight (Little's law), and the prompt's own prefill in it.
+
+    t = own + burst_wait, own = first_token with the prompt's prefill (its burst spread over the `ranks` prefill
+    ranks: PrefillService.ride). Once a burst outgrows the slots, burst_wait grows linearly in the requests in
+    flight, by a = share·throughput·latency / (2·slots) per second of t, so t = own + w / (1 − a), w the wait at
+    t = own (nothing where the bursts fit the slots there); as a nears 1 the bursts grow as fast as the pool
+    drains them, and t, like contention_wait, is held at a = 0.999. The prompt's prefill grows with t, so t is
+    settled by SETTLE_ROUNDS rounds of the same."""
     a = np.minimum(share * throughput * service.latency / (2.0 * np.maximum(slots, 1e-9)), 0.999)
-    t = base + service.alone
+    ride = service.alone
     for _ in range(SETTLE_ROUNDS):
-        own = base + service.ride(burst_size(share, throughput * (t + decode_time)) / ranks)
+        own = first_token(request_ms, ride, service.latency, slots, kv_transfer, throughput)
         t = own + burst_wait(share, throughput * (own + decode_time), slots, service.latency) / (1.0 - a)
-    return t
+        ride = service.ride(burst_size(share, throughput * (t + decode_time)) / ranks)
+    own = first_token(request_ms, ride, service.latency, slots, kv_transfer, throughput)
+    return own + burst_wait(share, throughput * (own + decode_time), slots, service.latency) / (1.0 - a), ride
 
 
 @dataclass(frozen=True, slots=True)

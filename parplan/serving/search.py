@@ -25,8 +25,7 @@ import numpy as np
 from parplan.errors import InvalidStrategyError, NoFeasiblePlanError, ParplanError
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
-from parplan.serving.batching import burst_size
-from parplan.serving.disagg import decode_state, first_token, prefill_service, settled_first_token, transfer_seconds
+from parplan.serving.disagg import decode_state, prefill_service, settled_first_token, transfer_seconds
 from parplan.serving.engines import Engine
 from parplan.serving.evaluate import AggregatedEval, Traffic, evaluate_aggregated, for_rate
 from parplan.serving.kvcache import gpu_sequence_bytes
@@ -276,13 +275,13 @@ def search_disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine,
     # The closed loop's bursts reach the prefill pool as disaggregated() has them, at the requests in flight the
     # TTFT itself sets (Little's law), so that the plan and its reproducing `serve explain` agree.
     chosen = service.take(pi)
-    base = first_token(engine.knobs.request_ms, 0.0, chosen.latency, slots, xfer, demand)
-    ttft = settled_first_token(base, chosen, pw * p_lay.dp[pi], engine.knobs.pool_burst, demand, decode_time[di],
-                               slots) * 1e3
+    settled, ride = settled_first_token(engine.knobs.request_ms, chosen, pw * p_lay.dp[pi], engine.knobs.pool_burst,
+                                        demand, decode_time[di], slots, xfer)
+    ttft = settled * 1e3
     tp_ms = tpot[di] * 1e3
+    # The light-load TTFT: one prompt alone on an idle pool, its KV transfer and the engine's time per request.
     light = chosen.alone + xfer + engine.knobs.request_ms * 1e-3
     in_flight = demand * (ttft / 1e3 + decode_time[di])
-    ride = chosen.ride(burst_size(engine.knobs.pool_burst, in_flight) / (pw * p_lay.dp[pi]))
     meets = _meets(targets, ttft, tp_ms) & np.isfinite(ttft)
     per_gpu = demand * osl / used
 
@@ -293,13 +292,15 @@ def search_disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine,
                        redundant_experts=pb.redundant_experts)
         decode = Pool(tp=db.tp, pp=db.pp, dp=db.dp, moe_tp=db.moe_tp, moe_ep=db.moe_ep, workers=int(dw[j]),
                       batch=int(batch[di[j]]), redundant_experts=db.redundant_experts)
+        # The requests in flight rounded down: one more than the loop holds at this rate would queue for
+        # 1/throughput seconds, which the reproducing `serve explain` would then charge.
         return Candidate(
             mode="disaggregated", gpus=int(used[j]), precision=precision,
             tokens_per_s_per_gpu=float(per_gpu[j]), tokens_per_s_per_user=float(1e3 / tp_ms[j]),
             ttft_ms=float(ttft[j]), tpot_ms=float(tp_ms[j]), requests_per_s=float(demand[j]),
-            concurrency=int(np.ceil(in_flight[j])), meets=bool(meets[j]), prefill=prefill, decode=decode,
+            concurrency=max(1, int(in_flight[j])), meets=bool(meets[j]), prefill=prefill, decode=decode,
             detail={"prefill_ms": float(ride[j] * 1e3), "kv_transfer_ms": float(xfer[j] * 1e3),
-                    "prefill_utilisation": float(demand[j] / (pw[j] * p_lay.dp[pi[j]] * service.capacity[pi[j]])),
+                    "prefill_utilisation": float(demand[j] / (pw[j] * p_lay.dp[pi[j]] * chosen.capacity[j])),
                     "prefill_slots": float(slots[j]),
                     "decode_step_ms": float(step.total[di[j]] * 1e3),
                     "experts_ms": float(step.experts[di[j]] * 1e3), "moe_comm_ms": float(step.moe_comm[di[j]] * 1e3),
