@@ -71,6 +71,27 @@ def test_single_rank_all_to_all_is_free():
     assert float(deepep.normal_time(H800, 1e9, 1e9, 1, 8)) == 0.0
 
 
+# DeepGEMM's published FP8 GEMMs with fine-grained (128-block) scaling on H800 (deepseek-ai/DeepGEMM README
+# @55ab91f, 2025-03-25, "Performance"): (groups, M per group, N, K) -> TFLOP/s. Groups of one are its "normal dense
+# GEMMs", more are its "grouped GEMMs for MoE models (contiguous layout)", as a prefill step's experts run.
+DEEPGEMM_H800 = {(1, 64, 2112, 7168): 206, (1, 128, 2112, 7168): 352, (1, 128, 4096, 7168): 533,
+                 (1, 128, 7168, 16384): 645, (1, 4096, 2112, 7168): 1009, (1, 4096, 24576, 1536): 1125,
+                 (1, 4096, 32768, 512): 751, (1, 4096, 7168, 16384): 1426, (1, 4096, 4096, 7168): 1265,
+                 (1, 4096, 7168, 2048): 1168, (4, 8192, 4096, 7168): 1346, (4, 8192, 7168, 2048): 1214,
+                 (8, 4096, 4096, 7168): 1346, (8, 4096, 7168, 2048): 1214}
+
+
+@pytest.mark.parametrize(("shape", "tflops"), sorted(DEEPGEMM_H800.items()))
+def test_fp8_gemms_match_deepgemm(shape, tflops):
+    """The GEMM model (MAMF's best fp8 shape on H800, tile and wave quantisation, the HBM roofline) reproduces
+    DeepGEMM's block-scaled FP8 GEMMs, dense and grouped as MoE experts are, within 13% (the worst, 128 × 2112 ×
+    7168, 12% over; the grouped ones within 4%): a prefill step's expert GEMMs are priced at what the fastest
+    published kernel reaches."""
+    groups, m, n, k = shape
+    seconds = float(gemm_time(H800.gpu, m, n, k, "fp8", groups))
+    assert 2.0 * groups * m * n * k / seconds / 1e12 == pytest.approx(tflops, rel=0.13)
+
+
 def test_fp4_and_weight_only_gemm_bytes():
     """A one-token GEMM is HBM-bound: reading a 7168×18432 weight at NVFP4's 0.5625 B/element on B200 takes
     7168·18432·0.5625 / (8 TB/s · 0.85) s plus the 4 µs kernel launch; int4 weights with bf16 activations
