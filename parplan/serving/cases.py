@@ -90,8 +90,7 @@ latter 0 when empty), speculative decoding (mtp: tokens drafted a step, with mtp
 is accepted, Workload.mtp and acceptance; a row that drafted without a recorded acceptance is refused, since the
 acceptance sets its TPOT), the largest step captured as a CUDA graph (Deployment.cuda_graph_max_batch), the decode
 steps between the scheduler's polls for new requests (Deployment.recv_interval: SGLang --scheduler-recv-interval),
-and the
-engine's cap on running requests (max_running: per attention rank of an aggregated worker, Pool.batch; vLLM
+and the engine's cap on running requests (max_running: per attention rank of an aggregated worker, Pool.batch; vLLM
 --max-num-seqs, SGLang --max-running-requests over its dp ranks, TensorRT-LLM max_batch_size)."""
 
 CLIENT_COLUMNS = ("range_ratio",)
@@ -318,7 +317,6 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, pool=pool,
                                         chunk_tokens=launch["chunk_tokens"] or _measured_budget(row, engine, isl),
                                         **settings)
-                concurrency = _concurrency(row)
             else:
                 if launch["max_running"] is not None:
                     raise row.error("max_running", "applies to an aggregated row (a disaggregated row states "
@@ -334,7 +332,7 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
                 decode = _pool(row, "decode_", moe=model.moe is not None)
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, prefill=prefill,
                                         decode=decode, chunk_tokens=launch["chunk_tokens"], **settings)
-                concurrency = _concurrency(row)
+            concurrency = _concurrency(row)
             if concurrency is None:
                 raise ParplanError("the concurrency it was measured at is not recorded (silicon_concurrency=N in "
                                    "silicon_data_source): TTFT depends on it")

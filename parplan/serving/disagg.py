@@ -16,7 +16,6 @@ This is the rate matching of TensorRT-LLM's disaggregated methodology (``referen
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,9 +86,8 @@ class PrefillService:
 
     def take(self, idx: np.ndarray) -> PrefillService:
         """The service of the layouts at `idx`."""
-        step = StepTime(**{f.name: getattr(self.step, f.name)[idx] for f in dataclasses.fields(self.step)})
         return PrefillService(latency=self.latency[idx], alone=self.alone[idx], prompts=self.prompts[idx],
-                              capacity=self.capacity[idx], step=step)
+                              capacity=self.capacity[idx], step=self.step.take(idx))
 
 
 def prefill_service(pre: StepModel, isl: np.ndarray, prompt: np.ndarray, chunk: float,
@@ -134,13 +132,17 @@ def closed_loop_rate(concurrency: np.ndarray, fixed: np.ndarray, latency: np.nda
     return np.where(full, hi, lo)
 
 
+def light_first_token(request_ms: float, ride: np.ndarray, kv_transfer: np.ndarray) -> np.ndarray:
+    """TTFT on an idle prefill pool: the request's time outside the steps (the engine's request_ms), its own
+    prefill (`ride`: PrefillService.ride) and its KV transfer."""
+    return request_ms * 1e-3 + ride + kv_transfer
+
+
 def first_token(request_ms: float, ride: np.ndarray, latency: np.ndarray, slots: np.ndarray,
                 kv_transfer: np.ndarray, throughput: np.ndarray) -> np.ndarray:
-    """TTFT without a closed-loop queue: the request's time outside the steps (the engine's request_ms), the
-    wait for one of the prefill pool's `slots` (ranks × prompts per step, each full step `latency`; M/D/c at the
-    throughput), its own prefill (`ride`: PrefillService.ride), and its KV transfer."""
-    wait = contention_wait(throughput, latency, slots)
-    return request_ms * 1e-3 + wait + ride + kv_transfer
+    """TTFT without a closed-loop queue: light_first_token, and the wait for one of the prefill pool's `slots`
+    (ranks × prompts per step, each full step `latency`; M/D/c at the throughput)."""
+    return light_first_token(request_ms, ride, kv_transfer) + contention_wait(throughput, latency, slots)
 
 
 def burst_wait(share: float, in_flight: np.ndarray, slots: np.ndarray, latency: np.ndarray) -> np.ndarray:
@@ -219,7 +221,7 @@ def disaggregated(pre: StepModel, dec: StepModel, *, isl: np.ndarray, osl: np.nd
     share = pre.engine.knobs.pool_burst
     ride = service.ride(burst_size(share, concurrency) / (p_lay.workers * p_lay.dp))
     waited = burst_wait(share, concurrency, slots, service.latency)
-    light = ride + kv_transfer + pre.engine.knobs.request_ms * 1e-3 + waited
+    light = light_first_token(pre.engine.knobs.request_ms, ride, kv_transfer) + waited
 
     def balance(b: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(throughput, batch it puts on a decode rank) when each decode rank runs b sequences; arrays of

@@ -25,7 +25,13 @@ import numpy as np
 from parplan.errors import InvalidStrategyError, NoFeasiblePlanError, ParplanError
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
-from parplan.serving.disagg import decode_state, prefill_service, settled_first_token, transfer_seconds
+from parplan.serving.disagg import (
+    decode_state,
+    light_first_token,
+    prefill_service,
+    settled_first_token,
+    transfer_seconds,
+)
 from parplan.serving.engines import Engine
 from parplan.serving.evaluate import AggregatedEval, Traffic, evaluate_aggregated, for_rate
 from parplan.serving.kvcache import gpu_sequence_bytes
@@ -279,8 +285,7 @@ def search_disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine,
                                         demand, decode_time[di], slots, xfer)
     ttft = settled * 1e3
     tp_ms = tpot[di] * 1e3
-    # The light-load TTFT: one prompt alone on an idle pool, its KV transfer and the engine's time per request.
-    light = chosen.alone + xfer + engine.knobs.request_ms * 1e-3
+    light = light_first_token(engine.knobs.request_ms, chosen.alone, xfer)  # one prompt alone, an idle pool
     in_flight = demand * (ttft / 1e3 + decode_time[di])
     meets = _meets(targets, ttft, tp_ms) & np.isfinite(ttft)
     per_gpu = demand * osl / used

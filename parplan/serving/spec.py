@@ -188,15 +188,19 @@ class Workload:
             if not ok:
                 raise ConfigError(why, field=name)
 
+    def _drawn_mean(self, length: int) -> float:
+        """Mean of the whole numbers in [⌊ratio·length⌋, length], the client's uniform draw (range_ratio)."""
+        return (math.floor(self.range_ratio * length) + length) / 2.0
+
     @property
     def mean_isl(self) -> float:
-        """Input tokens of the average request: (⌊ratio·isl⌋ + isl) / 2 (range_ratio)."""
-        return (math.floor(self.range_ratio * self.isl) + self.isl) / 2.0
+        """Input tokens of the average request (_drawn_mean of isl)."""
+        return self._drawn_mean(self.isl)
 
     @property
     def mean_osl(self) -> float:
-        """Output tokens of the average request: (⌊ratio·osl⌋ + osl) / 2 (range_ratio)."""
-        return (math.floor(self.range_ratio * self.osl) + self.osl) / 2.0
+        """Output tokens of the average request (_drawn_mean of osl)."""
+        return self._drawn_mean(self.osl)
 
     @property
     def prefill_tokens(self) -> float:

@@ -94,6 +94,10 @@ class StepTime:
         return (self.linears + self.attention + self.experts + self.elementwise + self.tp_comm + self.moe_comm
                 + self.host)
 
+    def take(self, index: np.ndarray) -> StepTime:
+        """The steps at `index` (as PoolArrays.take)."""
+        return StepTime(*(getattr(self, f.name)[index] for f in fields(self)))
+
     def as_dict(self, index: int = 0) -> dict[str, float]:
         out = {f.name: float(np.broadcast_to(getattr(self, f.name), np.shape(self.total))[index])
                for f in fields(self)}
