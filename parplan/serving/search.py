@@ -27,14 +27,13 @@ from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
 from parplan.serving.disagg import (
     decode_state,
+    kv_transfer_time,
     light_first_token,
     prefill_service,
     settled_first_token,
-    transfer_seconds,
 )
 from parplan.serving.engines import Engine
 from parplan.serving.evaluate import AggregatedEval, Traffic, evaluate_aggregated, for_rate
-from parplan.serving.kvcache import gpu_sequence_bytes
 from parplan.serving.layout import PoolArrays
 from parplan.serving.memory import resident_tokens, serving_memory
 from parplan.serving.spec import Pool, Precision, check_pool
@@ -273,10 +272,9 @@ def search_disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine,
     used = pw * p_lay.gpus[pi] + dw * d_gpus[di]
     keep = (used <= gpus) & (pw >= 1)
     di, pi, dw, pw, demand, used = di[keep], pi[keep], dw[keep], pw[keep], demand[keep], used[keep]
-    # KV bytes one prefill GPU sends and one decode GPU receives, per layout, then per combination.
-    send = gpu_sequence_bytes(model, precision.kv_cache, isl, p_lay.tp, p_lay.pp)
-    recv = gpu_sequence_bytes(model, precision.kv_cache, isl, d_lay.tp, d_lay.pp)
-    xfer = transfer_seconds(cluster, np.maximum(send[pi], recv[di]), used)
+    # Each combination's KV transfer, as serve explain costs it (its workers set whether the pools share a domain).
+    xfer = kv_transfer_time(model, cluster, precision.kv_cache, isl, dataclasses.replace(p_lay.take(pi), workers=pw),
+                            dataclasses.replace(d_lay.take(di), workers=dw))
     slots = pw * p_lay.dp[pi] * service.prompts[pi]
     # The closed loop's bursts reach the prefill pool as disaggregated() has them, at the requests in flight the
     # TTFT itself sets (Little's law), so that the plan and its reproducing `serve explain` agree.
