@@ -740,7 +740,8 @@ def test_measured_rows_keep_aiconfigurator_token_budget():
     batch 112, ISL 1,000 runs with 112 + 1,000 + 1,500 = 2,612 tokens a step; SGLang's rule leaves
     chunked_prefill_size at its default. A row whose
     public launch script states its budget keeps that instead: InferenceX's dsr1_fp4_b200 SGLang script passes
-    --chunked-prefill-size 16384 (data/serving/SOURCES.md, rule 3)."""
+    --chunked-prefill-size 16384 (data/serving/SOURCES.md, rule 3). An InferenceX row whose script was not read
+    keeps the engine's default budget (None): no rule of aiconfigurator launched it."""
     from parplan.serving.cases import read_measured_csv
     from parplan.serving.validate import shipped_files
 
@@ -753,15 +754,19 @@ def test_measured_rows_keep_aiconfigurator_token_budget():
     assert sglang.deployment.chunk_tokens is None
     recipe = cases["2026_03_25_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x1024_c128_tp4_0_ep4_0_291"]
     assert recipe.deployment.chunk_tokens == 16384 and recipe.deployment.pool.batch == 256
+    unread = cases["2026_04_06_minimax_m2_5_b200_sxm_vllm_fp8_agg_1024x1024_c16_tp2_ep1_1331"]
+    assert unread.deployment.chunk_tokens is None
 
 
 def test_overlap_scheduler_hides_launches_behind_the_gpu():
     """TensorRT-LLM's overlap scheduler (llm_args disable_overlap_scheduler default False) launches a step while
     the GPU runs the one before: an eager step takes the longer of its launches and its GPU work, plus the step's
     host time, instead of their sum. aiconfigurator's measured rows ran with it off (its templates' default,
-    disable_overlap_scheduler true, which the rows follow: cases.MEASURED_OVERLAP), so the CSV reader marks them;
-    the rows of InferenceX's scripts, which never disable it, carry it on (data/serving/SOURCES.md, rule 3)."""
-    from parplan.serving.cases import read_measured_csv
+    disable_overlap_scheduler true, which the rows follow: cases.MEASURED_OVERLAP), so the CSV reader marks them,
+    and so are the disaggregated rows (srt-slurm's recipes disable it on every prefill worker); the aggregated rows
+    of InferenceX's scripts, which never disable it, carry it on or keep the engine's default, on
+    (data/serving/SOURCES.md, rule 3)."""
+    from parplan.serving.cases import GENERATED_SOURCE, read_measured_csv
     from parplan.serving.validate import shipped_files
 
     m, cl = load_model(LLAMA70), load_cluster("h100")
@@ -780,7 +785,10 @@ def test_overlap_scheduler_hides_launches_behind_the_gpu():
     # InferenceX's ids: 2026_04_06_deepseek_r1_..., or dsr1_b200_trtllm_... in the db-dump export
     assert launched and all(any(m in c.id for m in ("llama_3_1_70b", "gpt_oss_120b", "deepseek_r1", "dsr1_"))
                             for c in launched)
-    assert all(c.deployment.overlap_scheduler is False for c in rows if c not in launched)
+    off = [c for c in rows if c.deployment.overlap_scheduler is False]
+    assert off and all(GENERATED_SOURCE in c.source or c.deployment.mode == "disaggregated" for c in off)
+    default = [c for c in rows if c.deployment.overlap_scheduler is None]
+    assert default and all(GENERATED_SOURCE not in c.source and c.deployment.mode == "aggregated" for c in default)
 
 
 def test_finite_run_goes_in_whole_waves():

@@ -156,16 +156,19 @@ LAUNCH = "," + ",".join(LAUNCH_COLUMNS)
 
 def test_launch_columns_reach_the_deployment():
     """Where a file records how a row's engine was launched, the row is predicted with it; empty cells keep what
-    the reader assumes of aiconfigurator's rows: the engine's KV format for fp8 weights (vLLM keeps bf16), the
-    budget max_batch_size + ISL + 1500 = 16 + 1024 + 1500 = 2,540 tokens, the engine's memory fraction."""
+    the reader assumes: the engine's KV format for fp8 weights (vLLM keeps bf16), the engine's memory fraction, and
+    the engine's token budget, except on a row of aiconfigurator's gap analysis (its generator's budget,
+    max_batch_size + ISL + 1500 = 16 + 1024 + 1500 = 2,540 tokens)."""
     from parplan.serving.cases import read_measured_csv
 
+    generated = ROW.replace("r1,silicon_concurrency=16,", "r3,source_file=gap-analysis.csv; silicon_concurrency=16,")
     text = HEADER + LAUNCH + "\n" + ROW + ",,,,,,,,,,,,\n" + ROW.replace("r1,", "r2,").replace(",vllm,", ",trtllm,") \
-        + ",fp8,8192,0.95,true,20,0.9,60,,128,3,0.7,2048\n"
+        + ",fp8,8192,0.95,true,20,0.9,60,,128,3,0.7,2048\n" + generated + ",,,,,,,,,,,,\n"
     cases = read_measured_csv("rows.csv", text)
-    plain, launched = (c.deployment for c in cases)
+    plain, launched, aic = (c.deployment for c in cases)
     assert (cases[0].workload.mtp, cases[1].workload.mtp, cases[1].workload.acceptance) == (0, 3, 0.7)
-    assert (plain.precision.kv_cache, plain.chunk_tokens, plain.memory_fraction) == ("bf16", 2540, None)
+    assert (plain.precision.kv_cache, plain.chunk_tokens, plain.memory_fraction) == ("bf16", None, None)
+    assert aic.chunk_tokens == 2540
     assert plain.overlap_scheduler is None and plain.batch_wait is None and plain.pool.batch is None
     assert plain.dp_balance is None
     assert launched.precision.kv_cache == "fp8" and launched.chunk_tokens == 8192

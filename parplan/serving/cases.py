@@ -62,6 +62,18 @@ templates' default: with the overlap scheduler on for the aggregated rows and Te
 (benchmarks/serving_fit.py, 120 evaluations), TPOT's median error grows from 12.3% to 13.8% while TTFT's moves
 from 25.6% to 25.3%."""
 
+GENERATED_SOURCE = "gap-analysis"
+"""What the `silicon_data_source` of a row launched by aiconfigurator's generator contains: its gap-analysis files
+(`.../aic-auto-gap-analysis/data/<system>/<engine>/<version>/<model>.csv`, `kimi-k2.5-gap-analysis.csv`). Only
+those rows take the generator's settings below (MEASURED_OVERLAP, the token budget of MEASURED_BUDGET_SPARE).
+InferenceX's exports (`2026-03-25.csv`, `2026-04-06.csv`, `db-dump`) ran InferenceX's own scripts: where a row's
+script was read it carries the launch columns (data/serving/SOURCES.md, rule 3), and the rest keep the engine's
+defaults, as any other file's rows do: its single-node TensorRT-LLM scripts never disable the overlap scheduler.
+Disaggregated TensorRT-LLM rows keep MEASURED_OVERLAP whatever their source: InferenceX's ran srt-slurm's recipes,
+whose prefill workers all set disable_overlap_scheduler true (the prefill pool's eager steps are where the flag
+acts; NVIDIA/srt-slurm recipes/trtllm @c88ef73: 200 of 200 prefill sections, and false in 57 of 57 decode
+sections)."""
+
 MEASURED_BUDGET_ENGINES = ("vllm", "trtllm")
 MEASURED_BUDGET_SPARE = 1500
 """The token budget of aiconfigurator's measured aggregated deployments: its generator sets max_num_tokens (vLLM
@@ -306,7 +318,10 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
             precision = Precision(gemm=gemm, moe=moe_q, kv_cache=kv)
             overlap = launch["overlap_scheduler"]
             # The launch settings of either mode (Deployment's fields; the budget of an aggregated row below).
-            settings = dict(overlap_scheduler=MEASURED_OVERLAP.get(engine) if overlap is None else overlap,
+            generated = GENERATED_SOURCE in row.text("silicon_data_source")
+            if overlap is None and (generated or mode == "disaggregated"):  # GENERATED_SOURCE says why
+                overlap = MEASURED_OVERLAP.get(engine)
+            settings = dict(overlap_scheduler=overlap,
                             memory_fraction=launch["memory_fraction"], batch_wait=launch["batch_wait"],
                             dp_balance=launch["dp_balance"], cuda_graph_max_batch=launch["cuda_graph_max_batch"],
                             recv_interval=launch["recv_interval"])
@@ -315,7 +330,8 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
                 if launch["max_running"] is not None:
                     pool = dataclasses.replace(pool, batch=launch["max_running"])
                 deployment = Deployment(engine=engine, precision=precision, mode=mode, pool=pool,
-                                        chunk_tokens=launch["chunk_tokens"] or _measured_budget(row, engine, isl),
+                                        chunk_tokens=launch["chunk_tokens"] or (
+                                            _measured_budget(row, engine, isl) if generated else None),
                                         **settings)
             else:
                 if launch["max_running"] is not None:
