@@ -5,8 +5,8 @@
 Predicts the shipped measured rows with each engine's per-request knob (request_ms) at zero, keeps the aggregated
 rows measured with few requests in flight (nothing queues there, so TTFT is the request's own time), and prints
 the median of measured − predicted TTFT: the time to a first token the modelled steps leave unexplained, which
-the knob absorbs. Rows are grouped by the export they come from (aiconfigurator's gap-analysis files, named
-`.../aic-auto-gap-analysis/...` in silicon_data_source, or the others), the model's attention kind (MLA or
+the knob absorbs. Rows are grouped by the export they come from (aiconfigurator's gap-analysis files, named in
+silicon_data_source: cases.GENERATED_SOURCE, or the others), the model's attention kind (MLA or
 not) and the engine: an offset that follows the export in every engine is the measurement harness's, one that
 follows the attention kind in some engines is the engine's. Seconds on 2 cores.
 """
@@ -20,7 +20,7 @@ import numpy as np
 
 from parplan.models import load_model
 from parplan.serving.calibrate import with_knobs
-from parplan.serving.cases import read_measured_csv
+from parplan.serving.cases import GENERATED_SOURCE, read_measured_csv
 from parplan.serving.engines import load_engine
 from parplan.serving.spec import ENGINES
 from parplan.serving.validate import evaluate_cases, shipped_files
@@ -38,7 +38,7 @@ def main() -> None:
     for r in evaluate_cases(cases, engines):
         if r.error is not None:
             continue
-        export = "gap-analysis" if "aic-auto-gap-analysis" in r.case.source else "other exports"
+        export = "gap-analysis" if GENERATED_SOURCE in r.case.source else "other exports"
         attention = "MLA" if load_model(r.case.model).attention.mla is not None else "GQA/MHA"
         groups[(export, attention, r.case.engine)].append(r.case.measured["ttft_ms"] - r.predicted["ttft_ms"])
     print(f"aggregated rows at <= {args.max_concurrency} requests in flight, request_ms = 0: "

@@ -167,7 +167,7 @@ def test_a_prefill_step_carries_the_prompts_that_arrive_together():
     pool = Pool(tp=1, dp=4, moe_ep=4)
     d = Deployment(engine="trtllm", precision=Precision(gemm="fp4", moe="fp4"), mode="disaggregated", prefill=pool,
                    decode=Pool(tp=8, moe_ep=8, workers=5))
-    sm = StepModel(load_model(DSV3), load_cluster("b200"), load_engine("trtllm"), d.precision,
+    sm = StepModel(load_model(DSV3), load_cluster("b200"), load_engine("trtllm").prefill_pool(), d.precision,
                    PoolArrays.from_pools([pool]))
     one = np.ones(1)
     alone = sm.step(0.0, 0.0, 1024.0 * one, 512.0 * one, one, mixed=True).total[0]
@@ -762,9 +762,8 @@ def test_overlap_scheduler_hides_launches_behind_the_gpu():
     """TensorRT-LLM's overlap scheduler (llm_args disable_overlap_scheduler default False) launches a step while
     the GPU runs the one before: an eager step takes the longer of its launches and its GPU work, plus the step's
     host time, instead of their sum. aiconfigurator's measured rows ran with it off (its templates' default,
-    disable_overlap_scheduler true, which the rows follow: cases.MEASURED_OVERLAP), so the CSV reader marks them,
-    and so are the disaggregated rows (srt-slurm's recipes disable it on every prefill worker); the aggregated rows
-    of InferenceX's scripts, which never disable it, carry it on or keep the engine's default, on
+    disable_overlap_scheduler true, which the rows follow: cases.MEASURED_OVERLAP), so the CSV reader marks them;
+    the rows of InferenceX's scripts, which never disable it, carry it on or keep the engine's default, on
     (data/serving/SOURCES.md, rule 3)."""
     from parplan.serving.cases import GENERATED_SOURCE, read_measured_csv
     from parplan.serving.validate import shipped_files
@@ -786,9 +785,49 @@ def test_overlap_scheduler_hides_launches_behind_the_gpu():
     assert launched and all(any(m in c.id for m in ("llama_3_1_70b", "gpt_oss_120b", "deepseek_r1", "dsr1_"))
                             for c in launched)
     off = [c for c in rows if c.deployment.overlap_scheduler is False]
-    assert off and all(GENERATED_SOURCE in c.source or c.deployment.mode == "disaggregated" for c in off)
+    assert off and all(GENERATED_SOURCE in c.source for c in off)
     default = [c for c in rows if c.deployment.overlap_scheduler is None]
-    assert default and all(GENERATED_SOURCE not in c.source and c.deployment.mode == "aggregated" for c in default)
+    assert default and all(GENERATED_SOURCE not in c.source for c in default)
+
+
+def test_disaggregated_rows_of_the_db_dump_fill_their_decode_ranks():
+    """InferenceX's `db-dump` export records a disaggregated row's decode_batch_size per attention rank: the
+    concurrency spread over decode workers × attention-DP ranks (SOURCES.md rule 6 corrected 3 Kimi-K2.5 rows whose
+    decode pool runs data-parallel 16, where the export had recorded one worker's whole batch). A cleaning edit
+    that breaks this is caught here."""
+    import csv
+    import re
+
+    from parplan.serving.validate import shipped_files
+
+    rows = [r for r in csv.DictReader(shipped_files()[0].open())
+            if r["mode"] == "disagg" and r["silicon_data_source"].startswith("db-dump")]
+    assert len(rows) == 123
+    for r in rows:
+        concurrency = int(re.search(r"silicon_concurrency=(\d+)", r["silicon_data_source"]).group(1))
+        ranks = int(r["decode_attention_dp_size"] or 1) * int(r["decode_num_workers"])
+        assert int(r["decode_batch_size"]) * ranks == concurrency, r["id"]
+
+
+def test_a_disaggregated_prefill_pool_runs_without_the_overlap_scheduler():
+    """Every public recipe of a disaggregated TensorRT-LLM deployment disables the overlap scheduler on its prefill
+    workers and leaves it on for decode (srt-slurm recipes/trtllm @75f6e32a: 297 of 297 prefill sections;
+    aiconfigurator rule_plugin/trtllm.rule: `prefill disable_overlap_scheduler = true`), so a deployment's setting
+    reaches its decode pool only: the prefill latency is the same with it on or off, the decode step is not (an
+    eager decode step past the captured CUDA-graph batch takes the longer of its launches and its GPU work)."""
+    engine = load_engine("trtllm")
+    assert engine.overlap_scheduler and not engine.prefill_pool().overlap_scheduler
+    assert not engine.configured(overlap_scheduler=False).prefill_pool().overlap_scheduler
+
+    def state(overlap: bool) -> dict[str, float]:
+        d = Deployment(engine="trtllm", precision=Precision(gemm="fp8", moe="fp8"), mode="disaggregated",
+                       prefill=Pool(tp=8), decode=Pool(tp=8), overlap_scheduler=overlap, cuda_graph_max_batch=8)
+        est = serve_evaluate(LLAMA70, "h200", d, Workload(isl=1024, osl=256, concurrency=64))
+        return est.state | {"decode_step": est.steps["decode"]["total"]}
+
+    on, off = state(True), state(False)
+    assert on["prefill_latency_ms"] == pytest.approx(off["prefill_latency_ms"], rel=1e-12)
+    assert on["decode_step"] < off["decode_step"]
 
 
 def test_finite_run_goes_in_whole_waves():

@@ -51,7 +51,8 @@ ENGINE_NAMES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 MODE_NAMES = {"agg": "aggregated", "disagg": "disaggregated"}
 
 MEASURED_OVERLAP = {"trtllm": False}
-"""The overlap scheduler of aiconfigurator's measured deployments where it differs from the engine's default:
+"""The overlap scheduler of aiconfigurator's measured deployments (GENERATED_SOURCE; its curated anchors in
+published.py) where it differs from the engine's default:
 aiconfigurator's templates write TensorRT-LLM launch configs with disable_overlap_scheduler true unless told
 otherwise (ai-dynamo/aiconfigurator src/aiconfigurator/generator/config/backend_templates/trtllm/
 extra_engine_args.1.3.0rc1.yaml.j2 @581e459: `disable_overlap_scheduler: {{ disable_overlap_scheduler |
@@ -65,14 +66,11 @@ from 25.6% to 25.3%."""
 GENERATED_SOURCE = "gap-analysis"
 """What the `silicon_data_source` of a row launched by aiconfigurator's generator contains: its gap-analysis files
 (`.../aic-auto-gap-analysis/data/<system>/<engine>/<version>/<model>.csv`, `kimi-k2.5-gap-analysis.csv`). Only
-those rows take the generator's settings below (MEASURED_OVERLAP, the token budget of MEASURED_BUDGET_SPARE).
+those rows take the generator's settings (MEASURED_OVERLAP, and MEASURED_BUDGET_SPARE's token budget).
 InferenceX's exports (`2026-03-25.csv`, `2026-04-06.csv`, `db-dump`) ran InferenceX's own scripts: where a row's
 script was read it carries the launch columns (data/serving/SOURCES.md, rule 3), and the rest keep the engine's
-defaults, as any other file's rows do: its single-node TensorRT-LLM scripts never disable the overlap scheduler.
-Disaggregated TensorRT-LLM rows keep MEASURED_OVERLAP whatever their source: InferenceX's ran srt-slurm's recipes,
-whose prefill workers all set disable_overlap_scheduler true (the prefill pool's eager steps are where the flag
-acts; NVIDIA/srt-slurm recipes/trtllm @c88ef73: 200 of 200 prefill sections, and false in 57 of 57 decode
-sections)."""
+defaults, as any other file's rows do: its single-node TensorRT-LLM scripts never disable the overlap scheduler,
+and a disaggregated deployment's prefill workers run without it whatever the row says (Engine.prefill_pool)."""
 
 MEASURED_BUDGET_ENGINES = ("vllm", "trtllm")
 MEASURED_BUDGET_SPARE = 1500
@@ -94,8 +92,9 @@ LAUNCH_COLUMNS = ("kv_cache_dtype", "chunk_tokens", "memory_fraction", "overlap_
                   "mtp_acceptance", "cuda_graph_max_batch", "recv_interval")
 """Optional columns: the settings a row's engine was launched with, where the file knows them (aiconfigurator's
 export carries none). A filled cell replaces what the reader otherwise assumes for the row: the engine's default
-KV-cache format for the weights (`auto` keeps it), the token budget of MEASURED_BUDGET_SPARE, the engine's memory
-fraction (Deployment.memory_fraction), MEASURED_OVERLAP (true / false), no batch waiting (BatchWait: both
+KV-cache format for the weights (`auto` keeps it), the engine's token budget (aiconfigurator's rows:
+MEASURED_BUDGET_SPARE's), the engine's memory fraction (Deployment.memory_fraction), the engine's overlap scheduler
+(aiconfigurator's rows: MEASURED_OVERLAP; true / false), no batch waiting (BatchWait: both
 columns, TensorRT-LLM's batch_wait_timeout_iters and batch_wait_max_tokens_ratio), no attention-DP balance
 (DpBalance: TensorRT-LLM's attention_dp_config with enable_balance, its timeout_iters and batching_wait_iters, the
 latter 0 when empty), speculative decoding (mtp: tokens drafted a step, with mtp_acceptance the chance each
@@ -319,7 +318,7 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
             overlap = launch["overlap_scheduler"]
             # The launch settings of either mode (Deployment's fields; the budget of an aggregated row below).
             generated = GENERATED_SOURCE in row.text("silicon_data_source")
-            if overlap is None and (generated or mode == "disaggregated"):  # GENERATED_SOURCE says why
+            if overlap is None and generated:
                 overlap = MEASURED_OVERLAP.get(engine)
             settings = dict(overlap_scheduler=overlap,
                             memory_fraction=launch["memory_fraction"], batch_wait=launch["batch_wait"],

@@ -147,6 +147,15 @@ class Engine:
                                dp_balance=deployment.dp_balance, cuda_graph_max_batch=deployment.cuda_graph_max_batch,
                                recv_interval=deployment.recv_interval)
 
+    def prefill_pool(self) -> Engine:
+        """The engine as a disaggregated prefill worker runs it: without the overlap scheduler, whatever the
+        deployment's setting (which applies to aggregated and decode workers). Every public recipe disables it
+        there: srt-slurm's TensorRT-LLM recipes (NVIDIA/srt-slurm recipes/trtllm @75f6e32a, in force when the
+        shipped disaggregated rows were measured: disable_overlap_scheduler true in all 297 prefill sections;
+        decode sections false or unset) and aiconfigurator's generator (rule_plugin/trtllm.rule @17676b3:
+        `prefill disable_overlap_scheduler = true`, `decode ... = false`)."""
+        return self.configured(overlap_scheduler=False)
+
     def configured(self, *, overlap_scheduler: bool | None = None, memory_fraction: float | None = None,
                    batch_wait: BatchWait | None = None, dp_balance: DpBalance | None = None,
                    cuda_graph_max_batch: int | None = None, recv_interval: int | None = None) -> Engine:

@@ -181,7 +181,7 @@ def evaluate_disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engin
                            mtp=traffic.mtp > 0)
     xfer = kv_transfer_time(model, cluster, precision.kv_cache, traffic.isl, prefill, decode)
     slots = _max_running(engine, d_mem, decode)
-    phase = disaggregated(StepModel(model, cluster, engine, precision, prefill),
+    phase = disaggregated(StepModel(model, cluster, engine.prefill_pool(), precision, prefill),
                           StepModel(model, cluster, engine, precision, decode), isl=traffic.isl, osl=traffic.osl,
                           prompt=traffic.prompt, concurrency=traffic.concurrency, decode_slots=slots,
                           prefill_batch=prefill.batch, chunk=k, kv_transfer=xfer, spec=traffic.spec,

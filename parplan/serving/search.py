@@ -232,7 +232,7 @@ def search_disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine,
     p_lay = PoolArrays.from_pools(pre_pools)
     ones_p = np.ones(len(p_lay))
     p_mem = serving_memory(model, cluster, engine, precision, p_lay, k, isl * ones_p, peak_tokens=max_isl)
-    pre = StepModel(model, cluster, engine, precision, p_lay)
+    pre = StepModel(model, cluster, engine.prefill_pool(), precision, p_lay)
     service = prefill_service(pre, isl * ones_p, prompt * ones_p, k, p_lay.batch)
     p_fits = (p_mem.max_batch >= service.prompts) & p_mem.fits
     # --- decode: one evaluation per layout and batch
