@@ -161,7 +161,9 @@ def test_a_prefill_step_carries_the_prompts_that_arrive_together():
     """A disaggregated prefill rank's step carries the prompts that reach it together (PrefillService.ride), not
     always the token budget's worth: one request in flight is prefilled alone, in the step of its own 1,024
     tokens; a burst of more than a full step per rank (8 prompts of 1,024 in the 8,192-token budget, on each of
-    the 4 attention-DP ranks) rides full steps; in between, the step time grows linearly with its prompts."""
+    the 4 attention-DP ranks) rides full steps; in between, the step time grows linearly with its prompts. The
+    requests of an arrival rate arrive independently (an open loop has no bursts: disagg.burst_share), so at any
+    rate below saturation each prompt is prefilled alone."""
     from parplan.serving.disagg import prefill_service
 
     pool = Pool(tp=1, dp=4, moe_ep=4)
@@ -179,6 +181,9 @@ def test_a_prefill_step_carries_the_prompts_that_arrive_together():
     assert lone.state["prefill_latency_ms"] == pytest.approx(alone * 1e3, rel=1e-12)
     crowd = serve_evaluate(DSV3, "b200", d, Workload(isl=1024, osl=1024, concurrency=1000))
     assert crowd.state["prefill_latency_ms"] == pytest.approx(full * 1e3, rel=1e-12)
+    for rate in (1.0, 10.0, 40.0):
+        est = serve_evaluate(DSV3, "b200", d, Workload(isl=1024, osl=1024, rate=rate))
+        assert est.state["prefill_latency_ms"] == pytest.approx(alone * 1e3, rel=1e-12)
     # A prompt of the whole budget fills each step alone: one prompt a step, whatever arrives with it.
     long = prefill_service(sm, 8192.0 * one, 8192.0 * one, 8192.0, np.full(1, np.inf))
     assert long.prompts[0] == 1.0 and long.alone[0] == long.latency[0]

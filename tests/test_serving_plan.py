@@ -121,6 +121,22 @@ def test_a_disaggregated_plan_predicts_what_its_explain_does(engine):
     assert est.tpot_ms == pytest.approx(best.tpot_ms, rel=1e-3)
 
 
+def test_a_rate_matched_disaggregated_plan_predicts_what_its_explain_does_at_that_rate():
+    """At an arrival rate requests come one at a time, in the search (burst_share: no bursts) as in `serve explain
+    --rate` of the reproducing deployment (an open loop): the two give the same TTFT. The search costs TPOT at its
+    grid batch per decode rank (192 here), the ceiling of the decode workers the rate needs; explain solves the
+    batch the rate puts there (181), so its TPOT is a little lower, never higher."""
+    plan = serve_plan("qwen3-30b-a3b", "h100", 16, isl=2048, osl=512, rate=20.0, tpot_ms=40.0,
+                      modes=("disaggregated",), precisions=("fp8",))
+    best = plan.best
+    d = Deployment(engine=plan.engine, precision=best.precision, mode="disaggregated", prefill=best.prefill,
+                   decode=best.decode)
+    est = serve_evaluate("qwen3-30b-a3b", "h100", d, Workload(isl=2048, osl=512, rate=20.0))
+    assert est.ttft_ms == pytest.approx(best.ttft_ms, rel=1e-6)
+    assert best.decode.batch == 192 and est.state["decode_batch_per_rank"] < 192
+    assert 0.95 * best.tpot_ms < est.tpot_ms <= best.tpot_ms
+
+
 def test_a_disaggregated_candidate_is_what_the_cost_model_gives_at_its_requests_in_flight():
     """A disaggregated candidate's TTFT and prefill time are the cost model's (evaluate_disaggregated) at the
     requests in flight that TTFT sets, X·(TTFT + (OSL − 1)·TPOT), unrounded: the search settles the prompt's own

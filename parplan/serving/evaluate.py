@@ -172,8 +172,9 @@ class DisaggregatedEval:
 
 def evaluate_disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine, precision: Precision,
                            prefill: PoolArrays, decode: PoolArrays, traffic: Traffic,
-                           chunk: float | None = None) -> DisaggregatedEval:
-    """Disaggregated deployments: a prefill pool and a decode pool sharing the concurrency."""
+                           chunk: float | None = None, open_loop: bool = False) -> DisaggregatedEval:
+    """Disaggregated deployments: a prefill pool and a decode pool sharing the concurrency (`open_loop`: the
+    requests in flight of an arrival rate)."""
     k = float(chunk or engine.default_chunk_tokens(cluster.gpu))
     seq = resident_tokens(engine, traffic.isl, traffic.osl)
     p_mem = serving_memory(model, cluster, engine, precision, prefill, k, traffic.isl, peak_tokens=traffic.peak[0])
@@ -185,7 +186,7 @@ def evaluate_disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engin
                           StepModel(model, cluster, engine, precision, decode), isl=traffic.isl, osl=traffic.osl,
                           prompt=traffic.prompt, concurrency=traffic.concurrency, decode_slots=slots,
                           prefill_batch=prefill.batch, chunk=k, kv_transfer=xfer, spec=traffic.spec,
-                          tokens_per_step=traffic.tokens_per_step)
+                          tokens_per_step=traffic.tokens_per_step, open_loop=open_loop)
     latency = phase.ttft + np.maximum(traffic.osl - 1, 0) * phase.tpot
     gpus = prefill.gpus * prefill.workers + decode.gpus * decode.workers
     per_gpu = phase.throughput * traffic.osl / gpus
@@ -342,7 +343,7 @@ def serve_evaluate(model: str | ModelSpec, cluster: str | ClusterSpec, deploymen
         d_lay = PoolArrays.from_pools([deployment.decode])  # type: ignore[list-item]
         def run_d(c: np.ndarray) -> DisaggregatedEval:
             return evaluate_disaggregated(m, cl, engine, deployment.precision, p_lay, d_lay, dataclasses.replace(
-                traffic, concurrency=c), deployment.chunk_tokens)
+                traffic, concurrency=c), deployment.chunk_tokens, open_loop=open_loop)
         if open_loop:
             ev, overloaded, _ = for_rate(run_d, np.array([workload.rate]))
         else:
