@@ -410,6 +410,33 @@ def test_memory_fraction_sizes_the_kv_cache(engine, precision):
         Deployment(engine=engine, precision=Precision(), pool=Pool(), memory_fraction=0.0)
 
 
+def test_sglang_static_fraction_holds_weights_and_kv_cache_only():
+    """SGLang's --mem-fraction-static f sizes its static pool, weights and KV cache, as f of the whole GPU; the
+    activations and CUDA graphs live in the rest (sglang@v0.5.8 model_runner_kv_cache_mixin.py: rest_memory =
+    available_gpu_memory − total_gpu_memory × (1 − f), measured after the weights load). So at f = 0.85 on an
+    H200 (140.4 GiB) its KV cache is 0.85 × 140.4 GiB less the weights, and vLLM's --gpu-memory-utilization 0.85,
+    whose share also holds the activations and the CUDA context, leaves exactly those less. srt-slurm's SGLang
+    prefill recipe for DeepSeek-R1 on 8 H200 runs f = 0.75 with 163,840-token chunks: their activations fit the
+    25% rest (35.1 GiB), so it fits, where the vLLM reading of the fraction left it no KV cache."""
+    model = load_model("meta-llama/Llama-3.1-70B")
+    mem = {}
+    for engine in ("sglang", "vllm"):
+        dep = Deployment(engine=engine, precision=Precision.parse("fp8"), pool=Pool(tp=4), memory_fraction=0.85)
+        mem[engine] = serve_evaluate(model, "h200", dep, Workload(isl=1024, osl=1024, concurrency=8)).memory[
+            "aggregated"]
+    sg, vl = mem["sglang"], mem["vllm"]
+    assert sg["kv_cache_gib"] == pytest.approx(0.85 * sg["hbm_gib"] - sg["weights_gib"], rel=1e-12)
+    assert sg["reserved_gib"] == pytest.approx(0.15 * sg["hbm_gib"], rel=1e-12)
+    context = vl["reserved_gib"] - 0.15 * vl["hbm_gib"]
+    assert sg["kv_cache_gib"] - vl["kv_cache_gib"] == pytest.approx(vl["activations_gib"] + context, rel=1e-9)
+    dep = Deployment(engine="sglang", precision=Precision.parse("fp8"), pool=Pool(tp=8, moe_ep=1),
+                     memory_fraction=0.75, chunk_tokens=163840)
+    est = serve_evaluate(load_model("deepseek-ai/DeepSeek-R1"), "h200", dep, Workload(isl=8192, osl=1024,
+                                                                                   concurrency=8))
+    assert est.memory["aggregated"]["reserved_gib"] == pytest.approx(0.25 * 140.4, rel=1e-9)
+    assert est.memory["aggregated"]["max_batch_per_rank"] >= 8
+
+
 def _trt_70b(concurrency: int, wait: BatchWait | None = None, dp: int = 1):
     # two GPUs: TP2, or two attention-DP ranks of one GPU each (TensorRT-LLM's attention DP runs tp 1)
     dep = Deployment(engine="trtllm", precision=Precision.parse("fp8"), pool=Pool(tp=2 // dp, dp=dp),

@@ -23,7 +23,14 @@ from parplan.serving.spec import BatchWait, DpBalance, Pool
 if TYPE_CHECKING:
     from parplan.serving.spec import Deployment
 
-MEMORY_MODES = ("total", "free", "reserve")
+MEMORY_MODES = ("total", "free", "reserve", "static")
+"""How an engine sizes its KV cache (serving/memory.py): `total`, a fraction of the whole GPU holds weights,
+activations and the KV cache (vLLM --gpu-memory-utilization); `free`, a fraction of what is free after weights and
+activations (TensorRT-LLM free_gpu_memory_fraction); `reserve`, everything but a reserve (SGLang's default);
+`static`, a fraction of the whole GPU holds weights and the KV cache, the rest activations and CUDA graphs (SGLang
+launched with --mem-fraction-static: sglang@v0.5.8 python/sglang/srt/model_executor/
+model_runner_kv_cache_mixin.py profile_max_num_token, rest_memory = available_gpu_memory − total_gpu_memory ×
+(1 − mem_fraction_static), the available memory measured after the weights load)."""
 MOE_LAYOUTS = ("any", "ep_or_tp")
 DP_ATTENTION_TP = ("any", "one")
 GIB = 2**30
@@ -163,14 +170,14 @@ class Engine:
         of GPU memory its KV cache is sized from, its batch waiting, its attention-DP balance, the largest step
         it captures as a CUDA graph and the decode steps between its polls for new requests. A fraction is of
         the memory free after the weights where the engine sizes it so (TensorRT-LLM free_gpu_memory_fraction),
-        else of the whole GPU: vLLM's --gpu-memory-utilization, and SGLang's --mem-fraction-static, which replaces
-        its reserve rule (python/sglang/srt/server_args.py computes mem_fraction_static from the reserve only when
-        not given)."""
+        else of the whole GPU: vLLM's --gpu-memory-utilization (weights, activations and KV cache), and SGLang's
+        --mem-fraction-static (weights and KV cache; MEMORY_MODES `static`), which replaces its reserve rule
+        (python/sglang/srt/server_args.py computes mem_fraction_static from the reserve only when not given)."""
         out = self
         if overlap_scheduler is not None and overlap_scheduler != self.overlap_scheduler:
             out = dataclasses.replace(out, overlap_scheduler=overlap_scheduler)
         if memory_fraction is not None:
-            mode = "free" if self.memory == "free" else "total"
+            mode = {"free": "free", "reserve": "static"}.get(self.memory, "total")
             out = dataclasses.replace(out, memory=mode, memory_fraction=memory_fraction)
         if batch_wait is not None and batch_wait.holds:
             out = dataclasses.replace(out, batch_wait=batch_wait)

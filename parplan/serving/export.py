@@ -154,7 +154,7 @@ def _sglang(pool: Pool, role: str, a2a: str, prec: Precision, chunk: int, engine
     if pool.redundant_experts:
         args += ["--enable-eplb", "--ep-num-redundant-experts", str(pool.redundant_experts)]
     hbm = cluster.gpu.hbm_gib
-    if engine.memory == "total":  # a stated --mem-fraction-static (Engine.configured)
+    if engine.memory == "static":  # a stated --mem-fraction-static (Engine.configured)
         fraction = engine.memory_fraction
     else:
         fraction = (hbm - float(sglang_reserve_gib(engine, hbm, chunk, PoolArrays.from_pools([pool]))[0])) / hbm

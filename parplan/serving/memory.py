@@ -5,7 +5,7 @@ Weights follow the layout: attention and dense MLP split over tp (replicated dow
 routed experts over moe_ep (plus redundant replicas) with each expert split over moe_tp, the vocabulary over tp,
 layers over pp. How much of the remainder becomes KV cache is engine policy (engines.yaml `memory`): vLLM gives
 a fraction of the whole GPU to weights + activations + KV, TensorRT-LLM a fraction of what is free after
-weights and activations, SGLang everything but a reserve.
+weights and activations, SGLang everything but a reserve (by its rule, or the rest of --mem-fraction-static).
 """
 
 from __future__ import annotations
@@ -180,8 +180,10 @@ def serving_memory(model: ModelSpec, cluster: ClusterSpec, engine: Engine, preci
         free = hbm - w - act - context
         kv = engine.memory_fraction * free
         reserved = context + (1 - engine.memory_fraction) * np.maximum(free, 0.0)
-    else:
-        reserved = np.maximum(sglang_reserve_gib(engine, hbm, chunk_tokens, lay), act + context)
+    else:  # SGLang keeps a reserve out of its static pool, by its rule or as the launch's fraction says
+        keep = ((1.0 - engine.memory_fraction) * hbm if engine.memory == "static"
+                else sglang_reserve_gib(engine, hbm, chunk_tokens, lay))
+        reserved = np.maximum(keep, act + context)
         act = np.zeros_like(act)  # the reserve holds the activations
         kv = hbm - w - reserved
     kv = np.maximum(kv, 0.0)
