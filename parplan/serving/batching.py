@@ -79,11 +79,16 @@ class PhaseResult:
     mixed_step: StepTime
 
 
-def burst_size(burst: float | np.ndarray, in_flight: np.ndarray, open_loop: bool = False) -> np.ndarray:
-    """Requests arriving together with a request of a closed loop: itself and a share `burst` (the engine's knob)
-    of the others in flight, which finished with the request it replaces and were replaced with it; one in an
-    open loop."""
-    return 1.0 + (0.0 if open_loop else burst) * np.maximum(np.asarray(in_flight, dtype=float) - 1.0, 0.0)
+def burst_share(share: float | np.ndarray, open_loop: bool) -> float | np.ndarray:
+    """Share of the others in flight that arrive with a request: a closed loop's `share` (an engine's knob: those
+    that finished with the request it replaces were replaced with it), none in an open loop (independent
+    arrivals)."""
+    return 0.0 if open_loop else share
+
+
+def burst_size(share: float | np.ndarray, in_flight: np.ndarray) -> np.ndarray:
+    """Requests arriving together with a request: itself and a `share` of the others in flight (burst_share)."""
+    return 1.0 + share * np.maximum(np.asarray(in_flight, dtype=float) - 1.0, 0.0)
 
 
 def held_wait(burst: np.ndarray, arrivals: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -170,7 +175,7 @@ def aggregated(sm: StepModel, *, isl: np.ndarray, osl: np.ndarray, prompt: np.nd
     # staggers the replacements: there, as for a wide spread, only a share (the knob) stays together.
     locked = np.minimum(1.0, 1.0 / np.maximum(osl_spread / tokens_per_step, 1.0))
     together = eng.knobs.burst if eng.mixed_batches else np.maximum(eng.knobs.burst, locked)
-    burst = burst_size(together, running, open_loop)
+    burst = burst_size(burst_share(together, open_loop), running)
     decode_batch = capped * decode_steps
     held, burst = batch_wait(eng.batch_wait, burst, capped, decode_batch * spec, prompt, chunk,
                              (sm.lay.dp == 1) & (running > 1))

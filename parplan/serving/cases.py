@@ -335,7 +335,7 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
             else:
                 if launch["max_running"] is not None:
                     raise row.error("max_running", "applies to an aggregated row (a disaggregated row states "
-                                                   "decode_batch_size per worker)")
+                                                   "decode_batch_size)")
                 if row.text(WORKERS_COLUMN):
                     raise row.error(WORKERS_COLUMN, "applies to an aggregated row (a disaggregated row states "
                                                     "prefill_num_workers and decode_num_workers)")

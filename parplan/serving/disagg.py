@@ -22,8 +22,7 @@ import numpy as np
 
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
-from parplan.serving.batching import burst_size, prefill_steps
-from parplan.serving.engines import Engine
+from parplan.serving.batching import burst_share, burst_size, prefill_steps
 from parplan.serving.kvcache import gpu_sequence_bytes
 from parplan.serving.layout import PoolArrays
 from parplan.serving.step import StepModel, StepTime
@@ -146,13 +145,6 @@ def first_token(request_ms: float, ride: np.ndarray, latency: np.ndarray, slots:
     return light_first_token(request_ms, ride, kv_transfer) + contention_wait(throughput, latency, slots)
 
 
-def burst_share(engine: Engine, open_loop: bool) -> float:
-    """Share of the requests in flight that reach the prefill pool with a request: the engine's pool_burst in a
-    closed loop (requests that finish together are replaced together), none in an open loop (independent
-    arrivals, as batching.burst_size has them)."""
-    return 0.0 if open_loop else engine.knobs.pool_burst
-
-
 def burst_wait(share: float, in_flight: np.ndarray, slots: np.ndarray, latency: np.ndarray) -> np.ndarray:
     """Seconds a request waits for the rounds of its burst before its own: burst_size(share, in_flight) prompts
     reach the prefill pool together and are taken `slots` at a time, first come, first served, each round one
@@ -228,7 +220,7 @@ def disaggregated(pre: StepModel, dec: StepModel, *, isl: np.ndarray, osl: np.nd
     # Requests that finish together are replaced together: a burst arrives at the prefill pool, spread over its
     # ranks, whose steps carry its prompts (ride), `slots` prompts per round; a request waits for the rounds
     # before its own, (rounds − 1)/2 on average.
-    share = burst_share(pre.engine, open_loop)
+    share = burst_share(pre.engine.knobs.pool_burst, open_loop)
     ride = service.ride(burst_size(share, concurrency) / (p_lay.workers * p_lay.dp))
     waited = burst_wait(share, concurrency, slots, service.latency)
     light = light_first_token(pre.engine.knobs.request_ms, ride, kv_transfer) + waited

@@ -25,8 +25,8 @@ import numpy as np
 from parplan.errors import InvalidStrategyError, NoFeasiblePlanError, ParplanError
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
+from parplan.serving.batching import burst_share
 from parplan.serving.disagg import (
-    burst_share,
     decode_state,
     kv_transfer_time,
     light_first_token,
@@ -280,8 +280,9 @@ def search_disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: Engine,
     # The closed loop's bursts reach the prefill pool as disaggregated() has them, at the requests in flight the
     # TTFT itself sets (Little's law), so that the plan and its reproducing `serve explain` agree.
     chosen = service.take(pi)
-    settled, ride = settled_first_token(engine.knobs.request_ms, chosen, pw * p_lay.dp[pi],
-                                        burst_share(engine, rate is not None), demand, decode_time[di], slots, xfer)
+    share = burst_share(engine.knobs.pool_burst, rate is not None)
+    settled, ride = settled_first_token(engine.knobs.request_ms, chosen, pw * p_lay.dp[pi], share, demand,
+                                        decode_time[di], slots, xfer)
     ttft = settled * 1e3
     tp_ms = tpot[di] * 1e3
     light = light_first_token(engine.knobs.request_ms, chosen.alone, xfer)  # one prompt alone, an idle pool
