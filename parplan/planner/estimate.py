@@ -622,12 +622,6 @@ def peak_memory(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, workload: 
     return _peaks(ctx, _rank_memory(ctx, pat, _rank_params(ctx, pat)), pat)
 
 
-def required_memory_gib(model: ModelSpec, cluster: ClusterSpec, lay: Layouts,
-                        workload: Workload = UNIFORM, stack: StackSpec | None = None) -> np.ndarray:
-    """GPU memory each layout needs: its peak device memory."""
-    return peak_memory(model, cluster, lay, workload, stack).device
-
-
 def evaluate_layouts(model: ModelSpec, cluster: ClusterSpec, lay: Layouts, *, breakdown: bool = True,
                      workload: Workload = UNIFORM, peaks: MemoryPeaks | None = None,
                      stack: StackSpec | None = None) -> Evaluation:

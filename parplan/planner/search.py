@@ -38,15 +38,15 @@ from collections.abc import Callable
 
 import numpy as np
 
+from parplan._mapping import MAX_INT
 from parplan.errors import ConfigError, NoFeasiblePlanError
 from parplan.hardware.spec import ClusterSpec
 from parplan.limits import MAX_PLAN_GPUS
 from parplan.models.spec import ModelSpec
-from parplan.planner.estimate import required_memory_gib
-from parplan.planner.search_cost import SLACK, _cost, _Partial, _top
+from parplan.planner.search_cost import SLACK, Best, _cost, _kth_limit, _merge, _Partial, _settings_memory
 from parplan.planner.search_dominance import _dominance
 from parplan.planner.search_grid import SearchSpace, _Cell, _grid
-from parplan.planner.search_layouts import CHUNK, _time_options, enumerate_layouts
+from parplan.planner.search_layouts import CHUNK, enumerate_layouts
 from parplan.planner.search_result import PlanResult, _Found, _result
 from parplan.planner.search_survey import _Survey, _survey
 from parplan.planner.search_workers import _STATE, PARALLEL_MIN, _Runner, _split
@@ -83,7 +83,7 @@ def check_size(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int) -> No
     if model.layers > MAX_LAYERS:
         raise ConfigError(f"{model.name} has {model.layers:,} layers, beyond the {MAX_LAYERS:,} a plan is searched "
                           "for (eight times the deepest published LLM)", field="layers")
-    if gbs * seq >= 2**53:
+    if gbs * seq >= MAX_INT:
         raise ConfigError(f"gbs·seq = {gbs * seq:.3g} tokens per step is beyond what float64 counts exactly",
                           field="gbs")
 
@@ -156,22 +156,20 @@ def _run_costing(runner: _Runner, survey: _Survey, keep: int, tokens_per_gpu: fl
     n = len(survey.count)
     done = np.zeros(n, dtype=bool)
     tight = np.full(n, -np.inf)
-    costed, feasible, faster = (np.zeros(n, dtype=np.int64) for _ in range(3))
+    feasible, faster = (np.zeros(n, dtype=np.int64) for _ in range(2))
     total = int(survey.count.sum())
     # Tasks: runs of consecutive blocks, small at first (the first sets the limit the others are cut by).
     cuts = [0]
     while cuts[-1] < n:
         cuts.append(min(n, cuts[-1] + min(TASK_BLOCKS, FIRST_TASK_BLOCKS << 2 * (len(cuts) - 1))))
-    best: tuple[Layouts, np.ndarray, np.ndarray] | None = None
+    best: Best | None = None
     least: tuple[float, Layouts] | None = None
     reference_step = _STATE["reference_step"]
 
     def limit() -> float:
         """Blocks bounded above this step time hold no layout among the best `keep` nor faster than the
         reference (the keep-th best found so far sets it; inf until `keep` layouts fit)."""
-        if not _STATE["bound"] or best is None or len(best[1]) < keep:
-            return math.inf
-        return max(tokens_per_gpu / float(best[1][-1]), reference_step)
+        return _kth_limit(best, keep, tokens_per_gpu, reference_step) if _STATE["bound"] else math.inf
 
     task = 0
     while True:
@@ -190,16 +188,12 @@ def _run_costing(runner: _Runner, survey: _Survey, keep: int, tokens_per_gpu: fl
             break
         part: _Partial = runner.next()
         done[part.blocks], tight[part.blocks] = True, part.tight
-        costed[part.blocks], feasible[part.blocks], faster[part.blocks] = part.costed, part.feasible, part.faster
-        if part.top is not None:
-            best = (_top(best[0], best[1], best[2], part.top, part.score, part.required, keep) if best
-                    else (part.top, part.score, part.required))
-        if part.least is not None and (least is None or part.least_required < least[0]):
-            least = (part.least_required, part.least)
+        feasible[part.blocks], faster[part.blocks] = part.feasible, part.faster
+        best, least = _merge(best, least, part, keep)
         if progress:
             settled = done | (np.maximum(survey.bound, tight) > limit() * (1 + SLACK))
             progress(int(survey.count[settled].sum()), total)
-    return _Found(done, np.maximum(survey.bound, tight), costed, feasible, faster, best, least, limit())
+    return _Found(done, np.maximum(survey.bound, tight), feasible, faster, best, least, limit())
 
 
 def _both(a: Callable[[Layouts], np.ndarray], b: Callable[[Layouts], np.ndarray] | None
@@ -248,12 +242,10 @@ def levers(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space:
         runnable = stack_filter(st, model, cl.gpus)
         least = None
         for lay in enumerate_layouts(model, cl, gbs, seq, sp):
-            # Memory does not read the time-only fields: a layout counts when the stack runs any setting of them.
-            wide, parent = _time_options(lay, model, cl, sp)
-            lay = lay.take(np.unique(parent[runnable(wide)]))
-            if len(lay):
-                req = float(required_memory_gib(model, cl, lay, workload, st).min())
-                least = req if least is None else min(least, req)
+            # the search's memory: every setting of the time-only fields the stack runs (the dispatcher's buffers)
+            required = _settings_memory(lay, model, cl, sp, workload, st, runnable)[2].device
+            if len(required):
+                least = float(required.min()) if least is None else min(least, float(required.min()))
         if least is not None:
             out[name] = least
     return out

@@ -11,8 +11,11 @@ reads the search from search_workers._STATE.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,6 +25,14 @@ from parplan.planner.search_grid import _fields_of, _representatives
 from parplan.planner.search_layouts import _concat_all, _expand, _time_options, _valid
 from parplan.planner.search_workers import _STATE
 from parplan.planner.strategy import Layouts
+
+if TYPE_CHECKING:
+    from parplan.hardware.spec import ClusterSpec
+    from parplan.models.spec import ModelSpec
+    from parplan.planner.estimate import MemoryPeaks
+    from parplan.planner.search_grid import SearchSpace
+    from parplan.planner.workload import Workload
+    from parplan.stacks.spec import StackSpec
 
 FIRST_BATCH = 1 << 12
 """Layouts in a task's first costed batch; each next batch is four times larger, up to `chunk`. A batch costs
@@ -41,8 +52,6 @@ class _Partial:
     tight: np.ndarray
     """Per block reached: its best bound beyond the survey's floor (_refine, then _tighten where that was
     within the limit)."""
-    costed: np.ndarray
-    """Per costed block: layouts costed (its valid layouts)."""
     feasible: np.ndarray
     faster: np.ndarray
     """Per costed block: fitting layouts faster than the search's reference throughput (0 without one)."""
@@ -82,7 +91,7 @@ def _cost(task: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
     positions, cell_of, flat, count = positions[go], cell_of[go], flat[go], count[go]
     n = len(positions)
     if not n:
-        return _Partial(positions, np.empty(0), *(np.empty(0, np.int64) for _ in range(3)), np.inf, None, None,
+        return _Partial(positions, np.empty(0), *(np.empty(0, np.int64) for _ in range(2)), np.inf, None, None,
                         np.empty(0), np.empty(0))
     reps = _representatives(_fields_of(st["cells"], cell_of, flat, st["gbs"], st["seq"], st["space"]))
     tight = np.full(n, -np.inf)
@@ -91,7 +100,7 @@ def _cost(task: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
         within = np.flatnonzero(tight <= limit * (1 + SLACK))
         if len(within):
             tight[within] = np.maximum(tight[within], _tighten(reps.take(within)))
-    costed, feasible, faster = (np.zeros(n, dtype=np.int64) for _ in range(3))
+    feasible, faster = (np.zeros(n, dtype=np.int64) for _ in range(2))
     least: tuple[float, Layouts] | None = None
     top: tuple[Layouts, np.ndarray, np.ndarray] | None = None
     todo = np.flatnonzero(tight <= limit * (1 + SLACK))
@@ -109,23 +118,36 @@ def _cost(task: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
         take = max(1, int(np.searchsorted(np.cumsum(count[todo]), size, "right")))
         batch, todo = todo[:take], todo[take:]
         size = min(4 * size, st["chunk"])
-        if st["bound"] and top is not None and len(top[1]) >= keep:
+        if st["bound"]:
             # The task's own keep-th best is no better than the search's, so this limit is never below the
             # final one: a block skipped here is proved no better there too.
-            limit = min(limit, max(st["tokens_per_gpu"] / float(top[1][-1]), st["reference_step"]))
+            limit = min(limit, _kth_limit(top, keep, st["tokens_per_gpu"], st["reference_step"]))
         batch = batch[tight[batch] <= limit * (1 + SLACK)]
         if not len(batch):
             continue
         part = _cost_blocks(reps.take(batch))
-        costed[batch], feasible[batch], faster[batch] = part.costed, part.feasible, part.faster
-        if part.least is not None and (least is None or part.least_required < least[0]):
-            least = (part.least_required, part.least)
-        if part.top is not None:
-            top = (_top(top[0], top[1], top[2], part.top, part.score, part.required, keep) if top
-                   else (part.top, part.score, part.required))
-    return _Partial(positions[settled], tight[settled], costed[settled], feasible[settled], faster[settled],
+        feasible[batch], faster[batch] = part.feasible, part.faster
+        top, least = _merge(top, least, part, keep)
+    return _Partial(positions[settled], tight[settled], feasible[settled], faster[settled],
                     least[0] if least else np.inf, least[1] if least else None,
                     *(top if top else (None, np.empty(0), np.empty(0))))
+
+
+def _settings_memory(lay: Layouts, model: ModelSpec, cluster: ClusterSpec, space: SearchSpace, workload: Workload,
+                     stack: StackSpec | None, keep: Callable[[Layouts], np.ndarray] | None
+                     ) -> tuple[Layouts, np.ndarray, MemoryPeaks]:
+    """Every setting of the time-only fields of `lay` that `keep` passes (all where None), the layout each came
+    from, and its memory. Peak memory is computed once per layout with the time-only fields at their base values,
+    and only for layouts with a setting `keep` passes (on Megatron-Core, half of them); device memory includes the
+    dispatcher's buffers (device.py), so it is completed per setting."""
+    wide, parent = _time_options(lay, model, cluster, space)
+    if keep is not None:
+        rows = np.flatnonzero(keep(wide))
+        wide, parent = wide.take(rows), parent[rows]
+    used = np.ones(len(parent), dtype=bool)
+    used[1:] = parent[1:] != parent[:-1]  # parent is sorted: _time_options lists each layout's settings in turn
+    peaks = peak_memory(model, cluster, lay.take(parent[used]), workload, stack).take(np.cumsum(used) - 1)
+    return wide, parent, dataclasses.replace(peaks, device=device_gib(model, cluster, wide, peaks.reserved))
 
 
 def _cost_blocks(reps: Layouts) -> _Partial:
@@ -138,20 +160,9 @@ def _cost_blocks(reps: Layouts) -> _Partial:
     lay, owner = _expand(reps, model, space)
     rows = _valid(lay, model, cluster)
     lay, owner = lay.take(rows), owner[rows]
-    wide, parent = _time_options(lay, model, cluster, space)
-    if layout_filter is not None:
-        rows = np.flatnonzero(layout_filter(wide))
-        wide, parent = wide.take(rows), parent[rows]
-    # Memory first: a layout that cannot fit needs no step time. It is computed once per layout with the
-    # time-only fields at their base values, and only for those with a setting of them the filter passes (on
-    # Megatron-Core, half of the rest).
-    used = np.ones(len(parent), dtype=bool)
-    used[1:] = parent[1:] != parent[:-1]  # parent is sorted: _time_options lists each layout's settings in turn
-    base_peaks = peak_memory(model, cluster, lay.take(parent[used]), workload, stack)
-    lay, peaks, owner = wide, base_peaks.take(np.cumsum(used) - 1), owner[parent]
-    # Device memory includes the dispatcher's buffers (device.py), so it is completed after the expansion.
-    required = device_gib(model, cluster, lay, peaks.reserved)
-    peaks = dataclasses.replace(peaks, device=required)
+    # Memory first: a layout that cannot fit needs no step time.
+    wide, parent, peaks = _settings_memory(lay, model, cluster, space, workload, stack, layout_filter)
+    lay, owner, required = wide, owner[parent], peaks.device
     least_req, least = np.inf, None
     if len(lay):
         i = int(np.argmin(required))
@@ -170,8 +181,30 @@ def _cost_blocks(reps: Layouts) -> _Partial:
         order = np.argsort(-ev.tokens_per_s_per_gpu, kind="stable")[:keep]
         top, score, required_top = _top(None, score, required_top, ev.layouts.take(order),
                                         ev.tokens_per_s_per_gpu[order], ev.required_gib[order], keep)
-    return _Partial(np.arange(n), np.full(n, -np.inf), np.bincount(owner, minlength=n), feasible, faster, least_req,
-                    least, top, score, required_top)
+    return _Partial(np.arange(n), np.full(n, -np.inf), feasible, faster, least_req, least, top, score, required_top)
+
+
+Best = tuple[Layouts, np.ndarray, np.ndarray]
+"""The best layouts found so far, their throughput per GPU and their memory (_top)."""
+
+
+def _kth_limit(best: Best | None, keep: int, tokens_per_gpu: float, reference_step: float) -> float:
+    """Step time beyond which a layout is neither among the best `keep` found so far (the keep-th best sets it)
+    nor faster than the reference; inf until `keep` layouts fit."""
+    if best is None or len(best[1]) < keep:
+        return math.inf
+    return max(tokens_per_gpu / float(best[1][-1]), reference_step)
+
+
+def _merge(best: Best | None, least: tuple[float, Layouts] | None, part: _Partial, keep: int
+           ) -> tuple[Best | None, tuple[float, Layouts] | None]:
+    """The best `keep` layouts and the least-memory one, with what costing `part` found."""
+    if part.top is not None:
+        best = (_top(*best, part.top, part.score, part.required, keep) if best
+                else (part.top, part.score, part.required))
+    if part.least is not None and (least is None or part.least_required < least[0]):
+        least = (part.least_required, part.least)
+    return best, least
 
 
 def _top(top: Layouts | None, score: np.ndarray, required: np.ndarray, lay: Layouts, new_score: np.ndarray,

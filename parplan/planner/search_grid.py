@@ -105,9 +105,10 @@ class _Cell:
 
 
 def _pair_ok(tp: np.ndarray, sp: np.ndarray, tp_overlap: np.ndarray) -> np.ndarray:
-    """The search's own rule on SP and TP overlap: both are moot at tp = 1 (Strategy normalises them off,
-    so only the off setting is searched), and overlap needs SP."""
-    return ((tp > 1) | ~(sp | tp_overlap)) & (sp | ~tp_overlap)
+    """The search's own rule on SP and TP overlap: both are moot at tp = 1 (Strategy.__post_init__ normalises
+    them off, so only the off setting is searched). That overlap needs SP is Strategy's rule tp_overlap_needs_sp,
+    which every caller applies with the others."""
+    return (tp > 1) | ~(sp | tp_overlap)
 
 
 def _inner(model: ModelSpec, space: SearchSpace) -> tuple[np.ndarray, ...]:

@@ -8,6 +8,7 @@ their base values, memory is computed once for those, and _time_options expands 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Iterator
 
@@ -25,13 +26,14 @@ from parplan.planner.search_grid import (
     _pair_ok,
     _representatives,
 )
-from parplan.planner.strategy import DISPATCHERS, RULES, Layouts, valid_mask
+from parplan.planner.strategy import RULES, Layouts, valid_mask
 
 CHUNK = 1 << 17
 """Layouts per costed batch: bounds peak memory (about 1 KiB of arrays per layout in flight)."""
 _TIME_ONLY = ("tp_overlap", "dispatch", "ep_overlap")
-"""Inner axes that change the step time but not memory: a block's memory is computed once per layout with
-them at their base values (no TP overlap, alltoall, no EP overlap) and expanded after (_time_options)."""
+"""Inner axes that change the step time but not a rank's peak memory (the dispatcher only adds its device
+buffers): a block's peak memory is computed once per layout with them at their base values (no TP overlap,
+alltoall, no EP overlap) and expanded after (_time_options; search_cost._settings_memory)."""
 
 
 def _expand(reps: Layouts, model: ModelSpec, space: SearchSpace) -> tuple[Layouts, np.ndarray]:
@@ -62,9 +64,8 @@ def _time_options(lay: Layouts, model: ModelSpec, cluster: ClusterSpec, space: S
     """Every valid combination of `lay` with the space's time-only choices (_TIME_ONLY), and each row's source
     index: a search computes each layout's memory once with their base values and expands it here."""
     n = len(lay)
-    dispatch = [DISPATCHERS.index(d) for d in space.dispatch] if model.moe else [0]
-    options = np.array([(t, d, o) for t in space.tp_overlap for d in dispatch
-                        for o in (space.ep_overlap if model.moe else (False,))], dtype=np.int64).reshape(-1, 3)
+    values = dict(zip(_AXES[_BLOCK:], _inner(model, space), strict=True))
+    options = np.array(list(itertools.product(*(values[axis] for axis in _TIME_ONLY))), np.int64).reshape(-1, 3)
     ok = []
     for t, d, o in options:
         option = dataclasses.replace(lay, tp_overlap=np.full(n, bool(t)), dispatch=np.full(n, d, np.int8),

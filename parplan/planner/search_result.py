@@ -60,7 +60,6 @@ class _Found:
     """Per block: reached (its tighter bound computed, and costed unless that bound exceeded the limit)."""
     bound: np.ndarray
     """Per block: the best bound known (the survey's, or the tighter one where reached)."""
-    costed: np.ndarray
     feasible: np.ndarray
     faster: np.ndarray
     top: tuple[Layouts, np.ndarray, np.ndarray] | None
