@@ -154,6 +154,12 @@ def test_validate_serving_malformed_csv(run_cli, tmp_path, text, message):
 LAUNCH = "," + ",".join(LAUNCH_COLUMNS)
 
 
+def _cells(**values: object) -> str:
+    """A row's LAUNCH_COLUMNS cells, empty but for `values` (named by column)."""
+    assert set(values) <= set(LAUNCH_COLUMNS)
+    return "," + ",".join(str(values.get(column, "")) for column in LAUNCH_COLUMNS)
+
+
 def test_launch_columns_reach_the_deployment():
     """Where a file records how a row's engine was launched, the row is predicted with it; empty cells keep what
     the reader assumes: the engine's KV format for fp8 weights (vLLM keeps bf16), the engine's memory fraction, and
@@ -162,8 +168,11 @@ def test_launch_columns_reach_the_deployment():
     from parplan.serving.cases import read_measured_csv
 
     generated = ROW.replace("r1,silicon_concurrency=16,", "r3,source_file=gap-analysis.csv; silicon_concurrency=16,")
-    text = HEADER + LAUNCH + "\n" + ROW + ",,,,,,,,,,,,\n" + ROW.replace("r1,", "r2,").replace(",vllm,", ",trtllm,") \
-        + ",fp8,8192,0.95,true,20,0.9,60,,128,3,0.7,2048\n" + generated + ",,,,,,,,,,,,\n"
+    launched = _cells(kv_cache_dtype="fp8", chunk_tokens=8192, memory_fraction=0.95, overlap_scheduler="true",
+                      batch_wait_iters=20, batch_wait_ratio=0.9, dp_balance_timeout_iters=60, max_running=128, mtp=3,
+                      mtp_acceptance=0.7, cuda_graph_max_batch=2048)
+    text = (HEADER + LAUNCH + "\n" + ROW + _cells() + "\n" + ROW.replace("r1,", "r2,").replace(",vllm,", ",trtllm,")
+            + launched + "\n" + generated + _cells() + "\n")
     cases = read_measured_csv("rows.csv", text)
     plain, launched, aic = (c.deployment for c in cases)
     assert (cases[0].workload.mtp, cases[1].workload.mtp, cases[1].workload.acceptance) == (0, 3, 0.7)
@@ -180,23 +189,26 @@ def test_launch_columns_reach_the_deployment():
 
 
 @pytest.mark.parametrize(("cells", "message"), [
-    (",fp6,,,,,,,,,,,", "field 'kv_cache_dtype': row 1: unknown value 'fp6'"),
-    (",,0,,,,,,,,,,", "field 'chunk_tokens': row 1: must be >= 1"),
-    (",,,1.5,,,,,,,,,", "field 'memory_fraction': row 1: must lie in (0, 1]"),
-    (",,,,yes,,,,,,,,", "field 'overlap_scheduler': row 1: expected true or false"),
-    (",,,,,20,,,,,,,", "field 'batch_wait_ratio': row 1: batch waiting needs both"),
-    (",,,,,20,x,,,,,,", "field 'batch_wait_ratio': row 1: expected a number"),
-    (",,,,,20,2,,,,,,", "field 'batch_wait_ratio': row 1: must lie in [0, 1]"),
-    (",,,,,,,,5,,,,", "field 'dp_balance_timeout_iters': row 1: attention-DP balance needs dp_balance_timeout_iters"),
-    (",,,,,,,99999,,,,,", "field 'dp_balance_timeout_iters': row 1: must lie in 0..10,000"),
-    (",,,,,,,60,x,,,,", "field 'dp_balance_wait_iters': row 1: expected an integer"),
-    (",,,,,,,,,0,,,", "field 'max_running': row 1: must be >= 1"),
-    (",,,,,,,,,,3,1.5,", "field 'mtp_acceptance': row 1: must lie in [0, 1)"),
-    (",,,,,,,,,,999,0.5,", "field 'mtp': row 1: must lie in 0..64"),
-    (",,,,,,,,,,,0.7,", "field 'mtp': row 1: an acceptance rate (mtp_acceptance) needs the tokens drafted a step"),
-    (",,,,,,,,,,,,0", "field 'cuda_graph_max_batch': row 1: must be >= 1"),
-    (",,,,,,,,,,,,,0", "field 'recv_interval': row 1: must lie in 1..10,000, got 0"),
-    (",,,,,,,,,,,,,99999", "field 'recv_interval': row 1: must lie in 1..10,000"),
+    (_cells(kv_cache_dtype="fp6"), "field 'kv_cache_dtype': row 1: unknown value 'fp6'"),
+    (_cells(chunk_tokens=0), "field 'chunk_tokens': row 1: must be >= 1"),
+    (_cells(memory_fraction=1.5), "field 'memory_fraction': row 1: must lie in (0, 1]"),
+    (_cells(overlap_scheduler="yes"), "field 'overlap_scheduler': row 1: expected true or false"),
+    (_cells(batch_wait_iters=20), "field 'batch_wait_ratio': row 1: batch waiting needs both"),
+    (_cells(batch_wait_iters=20, batch_wait_ratio="x"), "field 'batch_wait_ratio': row 1: expected a number"),
+    (_cells(batch_wait_iters=20, batch_wait_ratio=2), "field 'batch_wait_ratio': row 1: must lie in [0, 1]"),
+    (_cells(dp_balance_wait_iters=5),
+     "field 'dp_balance_timeout_iters': row 1: attention-DP balance needs dp_balance_timeout_iters"),
+    (_cells(dp_balance_timeout_iters=99999), "field 'dp_balance_timeout_iters': row 1: must lie in 0..10,000"),
+    (_cells(dp_balance_timeout_iters=60, dp_balance_wait_iters="x"),
+     "field 'dp_balance_wait_iters': row 1: expected an integer"),
+    (_cells(max_running=0), "field 'max_running': row 1: must be >= 1"),
+    (_cells(mtp=3, mtp_acceptance=1.5), "field 'mtp_acceptance': row 1: must lie in [0, 1)"),
+    (_cells(mtp=999, mtp_acceptance=0.5), "field 'mtp': row 1: must lie in 0..64"),
+    (_cells(mtp_acceptance=0.7),
+     "field 'mtp': row 1: an acceptance rate (mtp_acceptance) needs the tokens drafted a step"),
+    (_cells(cuda_graph_max_batch=0), "field 'cuda_graph_max_batch': row 1: must be >= 1"),
+    (_cells(recv_interval=0), "field 'recv_interval': row 1: must lie in 1..10,000, got 0"),
+    (_cells(recv_interval=99999), "field 'recv_interval': row 1: must lie in 1..10,000"),
 ])
 def test_malformed_launch_cells(run_cli, tmp_path, cells, message):
     code, _, err = run_cli("validate", "--serving", _write(tmp_path, HEADER + LAUNCH + "\n" + ROW + cells + "\n"))
@@ -209,7 +221,8 @@ def test_recv_interval_column_and_option(run_cli, run_json):
     from parplan.serving.cases import read_measured_csv
 
     sglang = ROW.replace(",vllm,0.19.0,", ",sglang,0.5.9,")
-    text = HEADER + LAUNCH + "\n" + sglang + ",,,,,,,,,,,,,30\n" + sglang.replace("r1,", "r2,") + ",,,,,,,,,,,,,\n"
+    text = (HEADER + LAUNCH + "\n" + sglang + _cells(recv_interval=30) + "\n" + sglang.replace("r1,", "r2,")
+            + _cells() + "\n")
     spaced, plain = (c.deployment for c in read_measured_csv("rows.csv", text))
     assert (spaced.recv_interval, plain.recv_interval) == (30, None)
     args = ("serve", "explain", "-m", "meta-llama/Llama-3.1-70B", "-c", "h200", "--engine", "sglang", "--precision",
@@ -270,7 +283,7 @@ def test_unmodellable_rows_are_refused_with_a_reason(run_json, tmp_path):
 def test_a_row_that_drafted_without_its_acceptance_is_refused(run_json, tmp_path):
     """Speculative decoding's TPOT follows its acceptance rate (Workload.tokens_per_step): a row that records the
     drafts but not the acceptance cannot be predicted, and says so."""
-    out = run_json("validate", "--serving", _write(tmp_path, HEADER + LAUNCH + "\n" + ROW + ",,,,,,,,,,3,,\n"))
+    out = run_json("validate", "--serving", _write(tmp_path, HEADER + LAUNCH + "\n" + ROW + _cells(mtp=3) + "\n"))
     assert "speculative decoding (3 tokens drafted a step)" in out["rows"][0]["error"]
 
 

@@ -72,24 +72,43 @@ def test_single_rank_all_to_all_is_free():
 
 
 # DeepGEMM's published FP8 GEMMs with fine-grained (128-block) scaling on H800 (deepseek-ai/DeepGEMM README
-# @55ab91f, 2025-03-25, "Performance"): (groups, M per group, N, K) -> TFLOP/s. Groups of one are its "normal dense
-# GEMMs", more are its "grouped GEMMs for MoE models (contiguous layout)", as a prefill step's experts run.
-DEEPGEMM_H800 = {(1, 64, 2112, 7168): 206, (1, 128, 2112, 7168): 352, (1, 128, 4096, 7168): 533,
-                 (1, 128, 7168, 16384): 645, (1, 4096, 2112, 7168): 1009, (1, 4096, 24576, 1536): 1125,
-                 (1, 4096, 32768, 512): 751, (1, 4096, 7168, 16384): 1426, (1, 4096, 4096, 7168): 1265,
-                 (1, 4096, 7168, 2048): 1168, (4, 8192, 4096, 7168): 1346, (4, 8192, 7168, 2048): 1214,
-                 (8, 4096, 4096, 7168): 1346, (8, 4096, 7168, 2048): 1214}
+# @55ab91f, 2025-03-25, "Performance"), every row of its three tables: (groups, M per group, N, K) -> TFLOP/s.
+# Groups of one in the first are its "normal dense GEMMs"; the second is its "grouped GEMMs for MoE models
+# (contiguous layout)", as a prefill step's experts run; the third its masked layout, as decode steps' experts run.
+DEEPGEMM_DENSE = {(1, 64, 2112, 7168): 206, (1, 64, 24576, 1536): 289, (1, 64, 32768, 512): 219,
+                  (1, 64, 7168, 16384): 336, (1, 64, 4096, 7168): 287, (1, 64, 7168, 2048): 295,
+                  (1, 128, 2112, 7168): 352, (1, 128, 24576, 1536): 535, (1, 128, 32768, 512): 358,
+                  (1, 128, 7168, 16384): 645, (1, 128, 4096, 7168): 533, (1, 128, 7168, 2048): 510,
+                  (1, 4096, 2112, 7168): 1009, (1, 4096, 24576, 1536): 1125, (1, 4096, 32768, 512): 751,
+                  (1, 4096, 7168, 16384): 1426, (1, 4096, 4096, 7168): 1265, (1, 4096, 7168, 2048): 1168}
+DEEPGEMM_CONTIGUOUS = {(4, 8192, 4096, 7168): 1346, (4, 8192, 7168, 2048): 1214, (8, 4096, 4096, 7168): 1346,
+                       (8, 4096, 7168, 2048): 1214}
+DEEPGEMM_MASKED = {(1, 1024, 4096, 7168): 1233, (1, 1024, 7168, 2048): 925, (2, 512, 4096, 7168): 1040,
+                   (2, 512, 7168, 2048): 916, (4, 256, 4096, 7168): 932, (4, 256, 7168, 2048): 815}
+DEEPGEMM_MISSES = {(1, 64, 32768, 512): "13.8% slow", (1, 64, 7168, 2048): "35% slow",
+                   (1, 128, 7168, 2048): "26% slow", (2, 512, 4096, 7168): "26% fast",
+                   (4, 256, 4096, 7168): "27% fast", (4, 256, 7168, 2048): "14% fast"}
+"""The rows the GEMM model misses by more than 13%: memory-bound dense GEMMs of 64-128 rows against a short K,
+and the masked layout at 256-512 rows per group (decode experts), which DeepGEMM runs below the tile model."""
 
 
-@pytest.mark.parametrize(("shape", "tflops"), sorted(DEEPGEMM_H800.items()))
-def test_fp8_gemms_match_deepgemm(shape, tflops):
+def _deepgemm_cases(table: dict[tuple[int, int, int, int], int], rel: float) -> list:
+    """One case per table row; a row of DEEPGEMM_MISSES is a strict expected failure."""
+    return [pytest.param(shape, tflops, rel, marks=pytest.mark.xfail(strict=True, reason=DEEPGEMM_MISSES[shape]))
+            if shape in DEEPGEMM_MISSES else pytest.param(shape, tflops, rel)
+            for shape, tflops in sorted(table.items())]
+
+
+@pytest.mark.parametrize(("shape", "tflops", "rel"), _deepgemm_cases(DEEPGEMM_DENSE, 0.13)
+                         + _deepgemm_cases(DEEPGEMM_CONTIGUOUS, 0.05) + _deepgemm_cases(DEEPGEMM_MASKED, 0.13))
+def test_fp8_gemms_match_deepgemm(shape, tflops, rel):
     """The GEMM model (MAMF's best fp8 shape on H800, tile and wave quantisation, the HBM roofline) reproduces
-    DeepGEMM's block-scaled FP8 GEMMs, dense and grouped as MoE experts are, within 13% (the worst, 128 × 2112 ×
-    7168, 12% over; the grouped ones within 5%): a prefill step's expert GEMMs are priced at what the fastest
-    published kernel reaches."""
+    every row of DeepGEMM's block-scaled FP8 tables within 13% (the worst kept, 128 × 2112 × 7168, 12% fast),
+    the contiguous grouped GEMMs (a prefill step's experts) within 5% (4.2%), but for the 6 rows of
+    DEEPGEMM_MISSES, strict expected failures so that a change that fixes one shows."""
     groups, m, n, k = shape
     seconds = float(gemm_time(H800.gpu, m, n, k, "fp8", groups))
-    assert 2.0 * groups * m * n * k / seconds / 1e12 == pytest.approx(tflops, rel=0.13)
+    assert 2.0 * groups * m * n * k / seconds / 1e12 == pytest.approx(tflops, rel=rel)
 
 
 def test_fp4_and_weight_only_gemm_bytes():
