@@ -113,6 +113,10 @@ def decode_state(dec: StepModel, batch: np.ndarray, isl: np.ndarray, osl: np.nda
     return step, tpot, np.maximum(osl - 1, 0) * tpot
 
 
+FULL_BATCH_TOLERANCE = 1e-9
+"""Relative shortfall of the balance at the largest decode batch still read as a full batch: the search's
+candidates put exactly that batch on each decode rank, which the balance returns to within 1e-13."""
+
 CLOSED_LOOP_ROUNDS = 40
 """Bisection steps on the closed loop's throughput (relative precision 2⁻⁴⁰ of its bound)."""
 
@@ -243,7 +247,11 @@ def disaggregated(pre: StepModel, dec: StepModel, *, isl: np.ndarray, osl: np.nd
 
     # The batch b a decode rank settles at is where the balance returns it: g(b) − b falls as b grows (TPOT
     # grows with b), from above 0 at a tiny batch to at most 0 at the largest batch possible. Evaluate g on a
-    # geometric grid in one step, interpolate the root in log b, and evaluate there.
+    # geometric grid in one step, interpolate the root in log b, and evaluate there. Beside a nearly saturated
+    # prefill pool a full batch can be a second root (a smaller batch decodes faster, sends requests back sooner
+    # and queues them at the prefill pool instead): where g keeps the largest batch full to within rounding
+    # (FULL_BATCH_TOLERANCE) that root is taken, as the search's candidates, whose requests in flight fill every
+    # decode slot, have it.
     top = np.maximum(np.minimum(decode_slots, concurrency / decode_ranks), 1e-9) * np.ones_like(light)
     lo, hi = col(top)[:, 0] * 1e-4, col(top)[:, 0]
     for points in BATCH_GRID:  # a coarse grid over the whole range, then a fine one inside the bracket
@@ -254,11 +262,11 @@ def disaggregated(pre: StepModel, dec: StepModel, *, isl: np.ndarray, osl: np.nd
         k = np.clip(np.where(above.any(axis=1), points - 1 - np.argmax(above[:, ::-1], axis=1), 0), 0, points - 2)
         rows = np.arange(len(grid))
         lo, hi, f_lo, f_hi = grid[rows, k], grid[rows, k + 1], gap[rows, k], gap[rows, k + 1]
-        settled = gap[:, -1] >= 0  # even the largest batch is kept full
+        settled = gap[:, -1] >= -FULL_BATCH_TOLERANCE * grid[:, -1]  # even the largest batch is kept full
         lo, hi = np.where(settled, grid[:, -1], lo), np.where(settled, grid[:, -1], hi)
     w = np.where(f_lo > f_hi, np.clip(f_lo / np.maximum(f_lo - f_hi, 1e-30), 0.0, 1.0), 1.0)
-    batch = np.exp(np.log(lo) + w * (np.log(hi) - np.log(lo)))
-    batch = batch.reshape(np.shape(light))
+    # exp(log b) rounds the largest batch a few ulps above it, past the decode slots and the CUDA-graph batch
+    batch = np.minimum(np.exp(np.log(lo) + w * (np.log(hi) - np.log(lo))).reshape(np.shape(light)), top)
     step, tpot, decode_time = decode_state(dec, batch, isl, osl, spec, tokens_per_step)
     throughput = closed_loop_rate(concurrency, light + decode_time, service.latency, slots,
                                   np.minimum(prefill_capacity, decode_ranks * decode_slots / np.maximum(decode_time,
