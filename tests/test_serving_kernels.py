@@ -1,15 +1,21 @@
 """Kernel models the serving cost model adds to parplan/hardware: DeepEP's normal and low-latency all-to-all,
-4-bit GEMM operands and attention reading a KV cache. Expected values are DeepEP's published tables
-(deepseek-ai/DeepEP docs/legacy.md, copied in reference/hardware.md §3) and hand calculations."""
+4-bit GEMM operands, attention reading a KV cache, and the engines' routed-expert kernels. Expected values are
+DeepEP's published tables (deepseek-ai/DeepEP docs/legacy.md, copied in reference/hardware.md §3), aiconfigurator's
+MoE micro-benchmarks (data/serving/moe_kernels.csv) and hand calculations."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+import numpy as np
 import pytest
 
+from parplan.errors import ConfigError
 from parplan.hardware import deepep, load_cluster
 from parplan.hardware.efficiency import decode_attention_time, gemm_time
+from parplan.serving import moe_kernels
+from parplan.serving.engines import engines_file, load_engine, read_engines
 
 H800 = load_cluster("h800", gpus=256)
 HIDDEN, TOP_K = 7168, 8
@@ -131,3 +137,70 @@ def test_decode_attention_roofline():
     peak = 989.4e12
     assert float(decode_attention_time(h100, 1e9, 1e9, peak)) == pytest.approx(1e9 / (3.35e12 * 0.85) + 4e-6)
     assert float(decode_attention_time(h100, 1e6, 1e12, peak)) == pytest.approx(1e12 / (peak * 0.75) + 4e-6)
+
+
+# ---- routed-expert kernels (Engine.moe_gemm_fraction) ------------------------------------------------------------
+
+@pytest.mark.parametrize("key", sorted(moe_kernels.samples()), ids="-".join)
+def test_moe_kernel_table_reproduces_the_micro_benchmarks(key):
+    """Every engine, GPU architecture and weight format of the shipped samples (aiconfigurator's measured MoE
+    ops at 1,024-16,384 tokens): with the shipped table the routed-expert time is unbiased (median log error
+    within 3%, the table's three decimals and the knobs' refit aside) and within 25% of the median sample, or the
+    group keeps the dense ceiling because that already predicts it as slow as measured."""
+    name, arch, weights = key
+    engine, group = load_engine(name), moe_kernels.samples()[key]
+    errors = moe_kernels.log_errors(engine, group)
+    if weights in engine.moe_gemm_fraction.get(arch, {}):
+        assert abs(np.median(errors)) < 0.03
+        assert np.median(np.abs(np.expm1(errors))) < 0.25
+    else:
+        assert np.median(errors) <= 0.0
+        assert moe_kernels.fit_fraction(engine, key, group) is None
+
+
+def test_moe_kernel_fraction_lowers_only_the_expert_ceiling():
+    """vLLM's fp8 experts on H200 run at its table's 0.334 of the fp8 peak, below the dense GEMM's measured 0.734
+    (ml-engineering MAMF, h200.yaml); a weight format or architecture the table does not list, or a fraction
+    above the dense one, leaves the GPU as it is."""
+    gpu = load_cluster("h200").gpu
+    vllm = load_engine("vllm")
+    assert vllm.expert_gpu(gpu, "fp8", "fp8").gemm_peak_fraction["fp8"] == 0.334
+    assert vllm.expert_gpu(gpu, "fp8", "fp8").gemm_peak_fraction["bf16"] == gpu.gemm_peak_fraction["bf16"]
+    assert vllm.expert_gpu(gpu, "int4", "bf16") is gpu
+    a100 = load_cluster("a100-80gb").gpu
+    assert vllm.expert_gpu(a100, "fp8", "bf16") is a100
+    above = dataclasses.replace(vllm, moe_gemm_fraction={"hopper": {"fp8": 0.95}})
+    assert above.expert_gpu(gpu, "fp8", "fp8") is gpu
+
+
+def test_moe_kernel_fraction_slows_compute_bound_experts_only():
+    """DeepSeek-R1's experts on 8 H200 (EP 8) under vLLM: 16,384 tokens are compute bound, so the grouped GEMMs
+    take the dense/MoE ceiling ratio longer (0.734/0.334 = 2.2x; routing and permutation unchanged, so the layer
+    between 1.5x and 2.2x); 8 tokens stream the experts' weights, whatever the ceiling (within 10%)."""
+    vllm = load_engine("vllm")
+    dense = dataclasses.replace(vllm, moe_gemm_fraction={})
+    sample = next(s for s in moe_kernels.samples()[("vllm", "hopper", "fp8")] if s.moe_ep == 8)
+    group = (dataclasses.replace(sample, model="deepseek-ai/DeepSeek-R1", system="h200_sxm", moe_tp=1,
+                                 tokens=16384, latency_ms=1.0),
+             dataclasses.replace(sample, model="deepseek-ai/DeepSeek-R1", system="h200_sxm", moe_tp=1, tokens=8,
+                                 latency_ms=1.0))
+    # log(1 ms / predicted): the difference of the two engines' errors is the log of their time ratio
+    ratio = np.exp(moe_kernels.log_errors(dense, group) - moe_kernels.log_errors(vllm, group))
+    assert 1.5 < ratio[0] < 0.734 / 0.334 + 1e-9
+    assert ratio[1] == pytest.approx(1.0, abs=0.1)
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ("{volta: {fp8: 0.3}}", "moe_gemm_fraction.volta"),
+    ("{hopper: {fp6: 0.3}}", "moe_gemm_fraction.hopper.fp6"),
+    ("{hopper: {fp8: 1.5}}", "fraction in"),
+    ("{hopper: 0.3}", "moe_gemm_fraction.hopper"),
+])
+def test_moe_kernel_fraction_bad_entries(tmp_path, entry, message):
+    """A wrong architecture, weight format or fraction in an engines file is a clear error naming the field."""
+    text = engines_file().read_text()
+    bad = tmp_path / "engines.yaml"
+    bad.write_text(text.replace("  moe_gemm_fraction: {blackwell: {fp8: 0.272}, hopper: {bf16: 0.679, fp8: 0.334}}",
+                                f"  moe_gemm_fraction: {entry}", 1))
+    with pytest.raises(ConfigError, match=message):
+        read_engines(bad)

@@ -14,6 +14,8 @@ from parplan._mapping import require
 from parplan.limits import MAX_GPUS
 
 DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32")
+GPU_ARCHES = ("ampere", "hopper", "blackwell", "cdna3")
+"""GPU architectures (GPUSpec.arch): what the engines' kernel facts are keyed by (serving/engines.py)."""
 _HUGE = 1e9
 """Upper bound of every hardware quantity in its unit (TFLOP/s, GB/s, GiB, µs): a million times today's
 GPUs and links, so only the absurd is refused, and products of such numbers stay finite."""
@@ -36,7 +38,7 @@ class GPUSpec:
     name: str
     """Marketing name, e.g. 'NVIDIA H100 SXM5 80GB'."""
     arch: str
-    """ampere, hopper, blackwell or cdna3: picks the GEMM tile shape and attention kernel generation."""
+    """One of GPU_ARCHES: which generation of the engines' kernels runs on it (Engine.moe_gemm_fraction)."""
     sm_count: int
     """Streaming multiprocessors (compute units on AMD); sets GEMM wave quantisation."""
     peak_tflops: dict[str, float]
@@ -84,6 +86,7 @@ class GPUSpec:
         require([
             ("peak_tflops", not unknown,
              f"unknown dtype '{unknown[0] if unknown else ''}'; known: {', '.join(DTYPES)}"),
+            ("arch", self.arch in GPU_ARCHES, f"expected one of {', '.join(GPU_ARCHES)}, got {self.arch!r}"),
             ("peak_tflops.bf16", "bf16" in self.peak_tflops, "bf16 peak is required"),
             *((f"peak_tflops.{k}", _positive(v), f"must be positive (at most {_HUGE:g}), got {v!r}")
               for k, v in self.peak_tflops.items()),

@@ -16,8 +16,8 @@ from parplan._input import read_yaml
 from parplan._mapping import dataclass_from_mapping
 from parplan._resources import data_dir
 from parplan.errors import ConfigError, InvalidStrategyError, UnknownPresetError
-from parplan.hardware.spec import GPUSpec
-from parplan.names import A2A_BACKENDS, ENGINES
+from parplan.hardware.spec import GPU_ARCHES, GPUSpec
+from parplan.names import A2A_BACKENDS, ENGINES, WEIGHT_DTYPES
 from parplan.serving.spec import BatchWait, DpBalance, Pool
 
 if TYPE_CHECKING:
@@ -139,6 +139,11 @@ class Engine:
     pipeline: bool
     """Whether it runs pipeline parallelism."""
     knobs: EngineKnobs
+    moe_gemm_fraction: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Throughput of the engine's routed-expert (grouped MoE) kernels over the GPU's dense peak in the kernel's
+    tensor-core dtype, by GPU architecture then expert weight format (bf16, fp8, fp4): where listed and below the
+    dense GEMM's measured fraction (GPUSpec.gemm_peak_fraction), the experts' GEMMs run at it. Fitted by
+    benchmarks/moe_kernel_fit.py to the engine's MoE kernel micro-benchmarks (data/serving/moe_kernels.csv)."""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     batch_wait: BatchWait | None = None
     """The batch waiting a deployment launches it with (configured); None = off."""
@@ -203,6 +208,17 @@ class Engine:
                 break
         return np.where(self.graphs_to_batch & np.isfinite(batch), batch, default)
 
+    def expert_gpu(self, gpu: GPUSpec, weights: str, dtype: str) -> GPUSpec:
+        """The GPU as the engine's routed-expert kernels for `weights` (running on `dtype` tensor cores) see it:
+        its GEMM ceiling lowered to moe_gemm_fraction where that is listed and lower (grouped MoE kernels route,
+        permute and scale tokens between variable-size GEMMs; aiconfigurator's micro-benchmarks put them at
+        0.2-0.6 of the dense peak where dense GEMMs reach 0.7-0.8)."""
+        fraction = self.moe_gemm_fraction.get(gpu.arch, {}).get(weights)
+        dense = gpu.gemm_peak_fraction.get(dtype, gpu.gemm_peak_fraction.get("bf16", 1.0))
+        if fraction is None or fraction >= dense:
+            return gpu
+        return dataclasses.replace(gpu, gemm_peak_fraction={**gpu.gemm_peak_fraction, dtype: fraction})
+
     def default_kv_dtype(self, weights: str) -> str:
         """The KV-cache format the engine picks when not told, for weights stored as `weights`."""
         return "fp8" if self.quantized_kv and weights in ("fp8", "fp4") else "bf16"
@@ -247,6 +263,7 @@ def _engine_from(name: str, raw: Any, file: str) -> Engine:
         raise ConfigError(f"expected a list of [GiB limit, batch below {SMALL_WORKER_GPUS} GPUs, batch from "
                           f"{SMALL_WORKER_GPUS} GPUs] triples", file=file, field=f"{name}.cuda_graph_tiers")
     sources = data.pop("sources", {}) or {}
+    moe_fraction = _moe_fractions(data.pop("moe_gemm_fraction", None) or {}, file, f"{name}.moe_gemm_fraction")
     max_running = data.pop("max_running", None)
     if max_running is not None and (not isinstance(max_running, int) or max_running < 1):
         raise ConfigError("expected a positive integer or null", file=file, field=f"{name}.max_running")
@@ -260,8 +277,30 @@ def _engine_from(name: str, raw: Any, file: str) -> Engine:
         raise ConfigError(f"expected one of {', '.join(A2A_BACKENDS[1:])}", file=file, field=f"{name}.a2a")
     return Engine(name=name, chunk_tokens=tuple((float(a), int(b)) for a, b in chunks), max_running=max_running,
                   cuda_graph_tiers=tuple((float(a), int(b), int(c)) for a, b, c in tiers),
-                  knobs=knobs, sources={str(k): str(v) for k, v in sources.items()},
+                  knobs=knobs, moe_gemm_fraction=moe_fraction, sources={str(k): str(v) for k, v in sources.items()},
                   **{f: getattr(spec, f) for f in _EngineFields.__dataclass_fields__})
+
+
+def _moe_fractions(raw: Any, file: str, where: str) -> dict[str, dict[str, float]]:
+    """moe_gemm_fraction checked: {architecture: {weight format: fraction in (0, 1]}}."""
+    if not isinstance(raw, dict):
+        raise ConfigError("expected a mapping of GPU architecture -> {weight format: fraction}", file=file,
+                          field=where)
+    out: dict[str, dict[str, float]] = {}
+    for arch, formats in raw.items():
+        if arch not in GPU_ARCHES:
+            raise ConfigError(f"expected one of {', '.join(GPU_ARCHES)}", file=file, field=f"{where}.{arch}")
+        if not isinstance(formats, dict):
+            raise ConfigError("expected a mapping of weight format -> fraction", file=file, field=f"{where}.{arch}")
+        for fmt, value in formats.items():
+            if fmt not in WEIGHT_DTYPES:
+                raise ConfigError(f"expected one of {', '.join(WEIGHT_DTYPES)}", file=file,
+                                  field=f"{where}.{arch}.{fmt}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise ConfigError(f"expected a fraction in (0, 1], got {value!r}", file=file,
+                                  field=f"{where}.{arch}.{fmt}")
+        out[str(arch)] = {str(k): float(v) for k, v in formats.items()}
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

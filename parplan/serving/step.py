@@ -279,7 +279,7 @@ class StepModel:
         return out
 
     # ---- routed experts ---------------------------------------------------------------------------------
-    def _experts(self, tokens: np.ndarray) -> np.ndarray:
+    def experts(self, tokens: np.ndarray) -> np.ndarray:
         """Routed experts of one MoE layer on the busiest EP rank: the copies it receives, over the local
         experts that got any (only those stream their weights), plus routing and permutation kernels."""
         m, gpu, lay = self.model, self.cluster.gpu, self.lay
@@ -293,10 +293,11 @@ class StepModel:
         straggler = np.where(lay.moe_ep > 1, 1.0 + np.sqrt(2.0 * np.log(lay.moe_ep) / np.maximum(copies, 1.0)), 1.0)
         rank_copies = np.minimum(copies * straggler, group_tokens * np.minimum(moe.top_k, local))
         cdt, wb = compute_format(gpu.supports_fp4, gpu.supports_fp8, self.precision.moe)
+        kernels = self.engine.expert_gpu(gpu, self.precision.moe, cdt)
         up = (2 if m.mlp.gated else 1) * moe.expert_ffn / lay.moe_tp
         per_expert = np.maximum(rank_copies / active, 1.0)
-        gemms = (gemm_time(gpu, per_expert, up, m.hidden, cdt, active, weight_bytes=wb)
-                 + gemm_time(gpu, per_expert, m.hidden, moe.expert_ffn / lay.moe_tp, cdt, active, weight_bytes=wb))
+        gemms = (gemm_time(kernels, per_expert, up, m.hidden, cdt, active, weight_bytes=wb)
+                 + gemm_time(kernels, per_expert, m.hidden, moe.expert_ffn / lay.moe_tp, cdt, active, weight_bytes=wb))
         aux = memory_bound_time(gpu, rank_copies * (4.0 * m.hidden + 3.0 * moe.expert_ffn / lay.moe_tp) * ACT_BYTES,
                                 MOE_AUX_KERNELS)
         return gemms + aux
@@ -338,7 +339,7 @@ class StepModel:
         if m.moe is not None:
             shared_lins = tuple(x for x in m.mlp_linears(LayerKind.MOE) if x.block is not Block.EXPERTS)
             shared = moe_layers * self._linears(shared_lins, tokens)
-            experts_t = moe_layers * self._experts(tokens)
+            experts_t = moe_layers * self.experts(tokens)
             moe_comm = moe_layers * self._moe_exchange(tokens, mixed)
         head_tokens = n_dec * spec + pf_seqs
         head = self._gemm(_lm_head(m), head_tokens, "bf16", lay.tp)
