@@ -81,13 +81,24 @@ def _tile_candidates(gpu: GPUSpec) -> list[tuple[tuple[int, int], float]]:
             ((SKINNY_TILE_ROWS, max(tm, tn)), SKINNY_TILE_RATE)]
 
 
-def _steady_rate(gpu: GPUSpec, dtype: str) -> tuple[float, float]:
+PRIOR_GEMM_FRACTION = 0.75
+"""Best GEMM throughput / peak of a GPU whose file measures none (MAMF puts A100-B200 at 0.71-0.87)."""
+
+
+def gemm_ceiling(gpu: GPUSpec, dtype: str) -> float:
+    """Best measured GEMM throughput / peak of `dtype` on `gpu` (MAMF, GPUSpec.gemm_peak_fraction): the dtype's,
+    else bf16's, else PRIOR_GEMM_FRACTION."""
+    return gpu.gemm_peak_fraction.get(dtype, gpu.gemm_peak_fraction.get("bf16", PRIOR_GEMM_FRACTION))
+
+
+def _steady_rate(gpu: GPUSpec, dtype: str, ceiling: float | None = None) -> tuple[float, float]:
     """(per-SM steady-state FLOP/s, ceiling fraction) backed out of the best measured GEMM.
 
     The MAMF measurement (ml-engineering) reports `fraction` of peak at `gemm_best_shape`; solve for the
-    per-SM rate at which the tile model reproduces that time (fixed point; converges in a few passes).
+    per-SM rate at which the tile model reproduces that time (fixed point; converges in a few passes). A
+    `ceiling` replaces that fraction for kernels measured slower than dense GEMMs (Engine.moe_gemm_fraction).
     """
-    fraction = gpu.gemm_peak_fraction.get(dtype, gpu.gemm_peak_fraction.get("bf16", 0.75))
+    fraction = gemm_ceiling(gpu, dtype) if ceiling is None else ceiling
     key = (gpu.sm_count, gpu.peak_tflops[dtype], fraction, gpu.gemm_best_shape, gpu.gemm_tile,
            gpu.gemm_tile_overhead_us, gpu.kernel_launch_us)
     if key not in _RATE_CACHE:
@@ -108,14 +119,15 @@ def _solve_rate(gpu: GPUSpec, peak: float, fraction: float) -> float:
 
 
 def gemm_efficiency(gpu: GPUSpec, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str = "bf16",
-                    count: ArrayLike = 1) -> np.ndarray:
+                    count: ArrayLike = 1, ceiling: float | None = None) -> np.ndarray:
     """Fraction of the dtype's peak a GEMM (m×k)·(k×n) reaches, before the HBM roofline.
 
     Tile/wave quantisation, per-tile and per-kernel overhead at the steady-state rate backed out of the
     best measured GEMM; never above that measurement (it is the best over all shapes). `count` identical
-    GEMMs run as one grouped kernel (experts), so their tiles share the waves.
+    GEMMs run as one grouped kernel (experts), so their tiles share the waves. `ceiling` (a fraction of the
+    peak) replaces the measured best for a kernel family that runs slower (gemm_ceiling otherwise).
     """
-    per_sm, fraction = _steady_rate(gpu, dtype)
+    per_sm, fraction = _steady_rate(gpu, dtype, ceiling)
     m = np.maximum(np.asarray(m, dtype=float), 1.0)
     n = np.maximum(np.asarray(n, dtype=float), 1.0)
     k = np.maximum(np.asarray(k, dtype=float), 1.0)
@@ -131,17 +143,18 @@ group of 32 (Kimi-K2.5 compressed-tensors, group_size 32)."""
 
 
 def gemm_time(gpu: GPUSpec, m: ArrayLike, n: ArrayLike, k: ArrayLike, dtype: str = "bf16",
-              count: ArrayLike = 1, weight_bytes: ArrayLike | None = None) -> np.ndarray:
+              count: ArrayLike = 1, weight_bytes: ArrayLike | None = None,
+              ceiling: float | None = None) -> np.ndarray:
     """Seconds for `count` GEMMs of shape (m×k)·(k×n): the slower of tensor-core time and HBM traffic.
 
     `dtype` is the tensor-core type both operands enter the MMA in; `weight_bytes` (bytes per element of the
     k×n operand, default the dtype's) covers weight-only quantisation, where 4-bit weights stream from HBM and
-    are dequantised on the fly (Marlin-style W4A16 kernels)."""
+    are dequantised on the fly (Marlin-style W4A16 kernels); `ceiling` as gemm_efficiency."""
     m = np.asarray(m, dtype=float)
     n = np.asarray(n, dtype=float)
     k = np.asarray(k, dtype=float)
     flops = 2.0 * m * n * k * count
-    compute = flops / (gpu.peak_tflops[dtype] * 1e12 * gemm_efficiency(gpu, m, n, k, dtype, count))
+    compute = flops / (gpu.peak_tflops[dtype] * 1e12 * gemm_efficiency(gpu, m, n, k, dtype, count, ceiling))
     in_bytes = DTYPE_BYTES[dtype]
     w_bytes = in_bytes if weight_bytes is None else np.asarray(weight_bytes, dtype=float)
     traffic = (m * k * in_bytes + k * n * w_bytes + m * n * 2.0) * count

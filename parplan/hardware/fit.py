@@ -40,6 +40,7 @@ from parplan.hardware.efficiency import (
     Collective,
     attention_forward_flops,
     flash_attention_time,
+    gemm_ceiling,
     gemm_time,
     link_bytes,
     memory_bound_time,
@@ -197,8 +198,7 @@ def fit_gemm_curve(samples: Sequence[GemmSample], gpu: GPUSpec) -> GemmFit:
             model[idx] = gemm_time(g, m, n, k, dtype) * 1e6
         return model / measured - 1.0
 
-    default = gpu.gemm_peak_fraction.get("bf16", 0.75)
-    x0 = [min(max(gpu.gemm_peak_fraction.get(d, default), 0.05), 1.0) for d in dtypes]
+    x0 = [min(max(gemm_ceiling(gpu, d), 0.05), 1.0) for d in dtypes]
     x0 += [gpu.gemm_tile_overhead_us, gpu.kernel_launch_us]
     lower = [0.05] * len(dtypes) + [0.0, 0.0]
     upper = [1.0] * len(dtypes) + [100.0, 100.0]

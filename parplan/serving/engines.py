@@ -16,6 +16,7 @@ from parplan._input import read_yaml
 from parplan._mapping import dataclass_from_mapping
 from parplan._resources import data_dir
 from parplan.errors import ConfigError, InvalidStrategyError, UnknownPresetError
+from parplan.hardware.efficiency import gemm_ceiling
 from parplan.hardware.spec import GPU_ARCHES, GPUSpec
 from parplan.names import A2A_BACKENDS, ENGINES, WEIGHT_DTYPES
 from parplan.serving.spec import BatchWait, DpBalance, Pool
@@ -139,11 +140,11 @@ class Engine:
     pipeline: bool
     """Whether it runs pipeline parallelism."""
     knobs: EngineKnobs
-    moe_gemm_fraction: dict[str, dict[str, float]] = field(default_factory=dict)
-    """Throughput of the engine's routed-expert (grouped MoE) kernels over the GPU's dense peak in the kernel's
-    tensor-core dtype, by GPU architecture then expert weight format (bf16, fp8, fp4): where listed and below the
-    dense GEMM's measured fraction (GPUSpec.gemm_peak_fraction), the experts' GEMMs run at it. Fitted by
-    benchmarks/moe_kernel_fit.py to the engine's MoE kernel micro-benchmarks (data/serving/moe_kernels.csv)."""
+    moe_gemm_fraction: tuple[tuple[str, str, float], ...] = ()
+    """(GPU architecture, expert weight format, fraction): the GEMM ceiling, as a fraction of the GPU's dense peak
+    in the kernels' tensor-core dtype, at which the engine's routed-expert (grouped MoE) op takes the time its
+    micro-benchmarks measure (benchmarks/moe_kernel_fit.py on data/serving/moe_kernels.csv). Where listed and
+    below the dense GEMM's (efficiency.gemm_ceiling), the experts' GEMMs run at it (expert_ceiling)."""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     batch_wait: BatchWait | None = None
     """The batch waiting a deployment launches it with (configured); None = off."""
@@ -208,16 +209,14 @@ class Engine:
                 break
         return np.where(self.graphs_to_batch & np.isfinite(batch), batch, default)
 
-    def expert_gpu(self, gpu: GPUSpec, weights: str, dtype: str) -> GPUSpec:
-        """The GPU as the engine's routed-expert kernels for `weights` (running on `dtype` tensor cores) see it:
-        its GEMM ceiling lowered to moe_gemm_fraction where that is listed and lower (grouped MoE kernels route,
-        permute and scale tokens between variable-size GEMMs; aiconfigurator's micro-benchmarks put them at
-        0.2-0.6 of the dense peak where dense GEMMs reach 0.7-0.8)."""
-        fraction = self.moe_gemm_fraction.get(gpu.arch, {}).get(weights)
-        dense = gpu.gemm_peak_fraction.get(dtype, gpu.gemm_peak_fraction.get("bf16", 1.0))
-        if fraction is None or fraction >= dense:
-            return gpu
-        return dataclasses.replace(gpu, gemm_peak_fraction={**gpu.gemm_peak_fraction, dtype: fraction})
+    def expert_ceiling(self, gpu: GPUSpec, weights: str, dtype: str) -> float | None:
+        """The GEMM ceiling of the engine's routed-expert kernels for `weights` running on `dtype` tensor cores
+        (efficiency.gemm_time's `ceiling`), or None where the dense GEMM's applies: moe_gemm_fraction where it
+        is listed and lower (a fused MoE op routes, permutes and scales tokens around variable-size grouped
+        GEMMs; the shipped fractions, 0.20-0.68, reproduce aiconfigurator's measured ops where the dense GEMMs'
+        measured ceilings are 0.71-0.80)."""
+        fraction = next((f for a, w, f in self.moe_gemm_fraction if a == gpu.arch and w == weights), None)
+        return fraction if fraction is not None and fraction < gemm_ceiling(gpu, dtype) else None
 
     def default_kv_dtype(self, weights: str) -> str:
         """The KV-cache format the engine picks when not told, for weights stored as `weights`."""
@@ -263,7 +262,7 @@ def _engine_from(name: str, raw: Any, file: str) -> Engine:
         raise ConfigError(f"expected a list of [GiB limit, batch below {SMALL_WORKER_GPUS} GPUs, batch from "
                           f"{SMALL_WORKER_GPUS} GPUs] triples", file=file, field=f"{name}.cuda_graph_tiers")
     sources = data.pop("sources", {}) or {}
-    moe_fraction = _moe_fractions(data.pop("moe_gemm_fraction", None) or {}, file, f"{name}.moe_gemm_fraction")
+    moe_fraction = _moe_fractions(data.pop("moe_gemm_fraction", {}), file, f"{name}.moe_gemm_fraction")
     max_running = data.pop("max_running", None)
     if max_running is not None and (not isinstance(max_running, int) or max_running < 1):
         raise ConfigError("expected a positive integer or null", file=file, field=f"{name}.max_running")
@@ -281,17 +280,18 @@ def _engine_from(name: str, raw: Any, file: str) -> Engine:
                   **{f: getattr(spec, f) for f in _EngineFields.__dataclass_fields__})
 
 
-def _moe_fractions(raw: Any, file: str, where: str) -> dict[str, dict[str, float]]:
-    """moe_gemm_fraction checked: {architecture: {weight format: fraction in (0, 1]}}."""
+def _moe_fractions(raw: Any, file: str, where: str) -> tuple[tuple[str, str, float], ...]:
+    """moe_gemm_fraction {architecture: {weight format: fraction in (0, 1]}} checked, as Engine holds it."""
     if not isinstance(raw, dict):
-        raise ConfigError("expected a mapping of GPU architecture -> {weight format: fraction}", file=file,
-                          field=where)
-    out: dict[str, dict[str, float]] = {}
+        raise ConfigError(f"expected a mapping of GPU architecture -> {{weight format: fraction}}, got {raw!r}",
+                          file=file, field=where)
+    out = []
     for arch, formats in raw.items():
         if arch not in GPU_ARCHES:
             raise ConfigError(f"expected one of {', '.join(GPU_ARCHES)}", file=file, field=f"{where}.{arch}")
-        if not isinstance(formats, dict):
-            raise ConfigError("expected a mapping of weight format -> fraction", file=file, field=f"{where}.{arch}")
+        if not isinstance(formats, dict) or not formats:
+            raise ConfigError(f"expected a mapping of weight format -> fraction, got {formats!r}", file=file,
+                              field=f"{where}.{arch}")
         for fmt, value in formats.items():
             if fmt not in WEIGHT_DTYPES:
                 raise ConfigError(f"expected one of {', '.join(WEIGHT_DTYPES)}", file=file,
@@ -299,8 +299,8 @@ def _moe_fractions(raw: Any, file: str, where: str) -> dict[str, dict[str, float
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
                 raise ConfigError(f"expected a fraction in (0, 1], got {value!r}", file=file,
                                   field=f"{where}.{arch}.{fmt}")
-        out[str(arch)] = {str(k): float(v) for k, v in formats.items()}
-    return out
+            out.append((str(arch), str(fmt), float(value)))
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,6 +19,7 @@ from functools import lru_cache
 import numpy as np
 
 from parplan._resources import data_dir
+from parplan.hardware.efficiency import gemm_ceiling
 from parplan.hardware.presets import load_cluster
 from parplan.models import load_model
 from parplan.serving.cases import SYSTEMS
@@ -80,18 +81,18 @@ def log_errors(engine: Engine, group: tuple[KernelSample, ...]) -> np.ndarray:
 
 def with_fraction(engine: Engine, arch: str, weights: str, fraction: float | None) -> Engine:
     """The engine with one entry of its table set (None: removed, so the dense GEMM ceiling applies)."""
-    table = {a: dict(f) for a, f in engine.moe_gemm_fraction.items()}
-    table.setdefault(arch, {}).pop(weights, None)
-    if fraction is not None:
-        table[arch][weights] = fraction
-    return dataclasses.replace(engine, moe_gemm_fraction=table)
+    table = tuple(e for e in engine.moe_gemm_fraction if (e[0], e[1]) != (arch, weights))
+    return dataclasses.replace(engine, moe_gemm_fraction=table + (() if fraction is None else
+                                                                   ((arch, weights, fraction),)))
 
 
 def dense_fraction(group: tuple[KernelSample, ...]) -> float:
-    """The dense GEMM ceiling the group's experts run at without a table entry."""
-    gpu = load_cluster(SYSTEMS[group[0].system]).gpu
-    dtype, _ = compute_format(gpu.supports_fp4, gpu.supports_fp8, group[0].weights)
-    return gpu.gemm_peak_fraction.get(dtype, gpu.gemm_peak_fraction.get("bf16", 1.0))
+    """The highest dense GEMM ceiling among the group's GPUs (H100 and H200, or B200, B300 and GB200, differ):
+    above it no entry takes effect anywhere in the group."""
+    def ceiling(s: KernelSample) -> float:
+        gpu = load_cluster(SYSTEMS[s.system]).gpu
+        return gemm_ceiling(gpu, compute_format(gpu.supports_fp4, gpu.supports_fp8, s.weights)[0])
+    return max(ceiling(s) for s in group)
 
 
 def fit_fraction(engine: Engine, key: Group, group: tuple[KernelSample, ...]) -> float | None:

@@ -293,11 +293,12 @@ class StepModel:
         straggler = np.where(lay.moe_ep > 1, 1.0 + np.sqrt(2.0 * np.log(lay.moe_ep) / np.maximum(copies, 1.0)), 1.0)
         rank_copies = np.minimum(copies * straggler, group_tokens * np.minimum(moe.top_k, local))
         cdt, wb = compute_format(gpu.supports_fp4, gpu.supports_fp8, self.precision.moe)
-        kernels = self.engine.expert_gpu(gpu, self.precision.moe, cdt)
+        ceiling = self.engine.expert_ceiling(gpu, self.precision.moe, cdt)
         up = (2 if m.mlp.gated else 1) * moe.expert_ffn / lay.moe_tp
         per_expert = np.maximum(rank_copies / active, 1.0)
-        gemms = (gemm_time(kernels, per_expert, up, m.hidden, cdt, active, weight_bytes=wb)
-                 + gemm_time(kernels, per_expert, m.hidden, moe.expert_ffn / lay.moe_tp, cdt, active, weight_bytes=wb))
+        gemms = (gemm_time(gpu, per_expert, up, m.hidden, cdt, active, weight_bytes=wb, ceiling=ceiling)
+                 + gemm_time(gpu, per_expert, m.hidden, moe.expert_ffn / lay.moe_tp, cdt, active, weight_bytes=wb,
+                             ceiling=ceiling))
         aux = memory_bound_time(gpu, rank_copies * (4.0 * m.hidden + 3.0 * moe.expert_ffn / lay.moe_tp) * ACT_BYTES,
                                 MOE_AUX_KERNELS)
         return gemms + aux

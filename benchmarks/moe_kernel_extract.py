@@ -1,0 +1,74 @@
+"""Rebuild data/serving/moe_kernels.csv from aiconfigurator's kernel database.
+
+    pip install pyarrow      # not a parplan dependency: only this script reads parquet
+    python benchmarks/moe_kernel_extract.py AICONFIGURATOR_CHECKOUT > parplan/data/serving/moe_kernels.csv
+
+Reads `aic-core/src/aiconfigurator_core/systems/data/<gpu>/moe/<engine>/<version>/moe_perf.parquet` of a checkout
+(ai-dynamo/aiconfigurator @ 095f58a for the shipped file) and keeps what benchmarks/moe_kernel_fit.py fits the
+engines' routed-expert ceilings to: per GPU system the first of each engine's VERSIONS with such rows, balanced
+routing,
+the shipped MoE models' shapes (SHAPES), the formats of FORMATS (MXFP4 with 16-bit activations on Hopper, NVFP4 on
+Blackwell), moe_tp × moe_ep ≤ 8 and the token counts of TOKENS; configurations collected twice (the 384-expert
+shape) are averaged. Seconds.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import sys
+from pathlib import Path
+
+SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300")
+VERSIONS = {"vllm": ("0.24.0",), "sglang": ("0.5.9", "0.5.10"), "trtllm": ("1.2.0rc5", "1.3.0rc10")}
+"""vLLM's 0.24 collector builds FusedMoE, which picks the kernel as the engine does (its 0.19 one timed the Triton
+kernel directly); SGLang's and TensorRT-LLM's versions nearest the measured rows'."""
+SHAPES = {(7168, 2048, 8, 256): "deepseek-ai/DeepSeek-R1", (7168, 2048, 8, 384): "moonshotai/Kimi-K2.5",
+          (3072, 1536, 8, 256): "MiniMaxAI/MiniMax-M2.5", (4096, 1536, 8, 128): "Qwen/Qwen3-235B-A22B-FP8",
+          (2880, 2880, 4, 128): "openai/gpt-oss-120b"}
+"""(hidden, expert FFN, top-k, experts) -> the shipped model with that MoE layer."""
+FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8", "nvfp4": "fp4", "w4a16_mxfp4": "fp4"}
+TOKENS = (1024, 2048, 4096, 8192, 16384)
+COLUMNS = ("engine", "version", "kernel_source", "system", "format", "model", "tokens", "moe_tp", "moe_ep",
+           "latency_ms")
+
+
+def rows(root: Path) -> list[dict[str, object]]:
+    import pyarrow.parquet as pq  # optional: see the module docstring
+
+    kept: dict[tuple, list[float]] = collections.defaultdict(list)
+    for system in SYSTEMS:
+        hopper = system.startswith("h")
+        for engine, versions in VERSIONS.items():
+            for version in versions:
+                path = root / system / "moe" / engine / version / "moe_perf.parquet"
+                found = 0
+                for r in pq.read_table(path).to_pylist() if path.exists() else []:
+                    model = SHAPES.get((r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"]))
+                    fmt = FORMATS.get(r["moe_dtype"])
+                    if (model is None or fmt is None or r["distribution"] != "balanced"
+                            or r["num_tokens"] not in TOKENS or r["moe_tp_size"] * r["moe_ep_size"] > 8
+                            or (fmt == "fp4" and hopper != (r["moe_dtype"] == "w4a16_mxfp4"))):
+                        continue
+                    key = (engine, version, r["kernel_source"], system, fmt, model, r["num_tokens"],
+                           r["moe_tp_size"], r["moe_ep_size"])
+                    kept[key].append(float(r["latency"]))
+                    found += 1
+                if found:
+                    break
+    return [dict(zip(COLUMNS, (*key, round(sum(v) / len(v), 5)), strict=True)) for key, v in sorted(kept.items())]
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit("usage: python benchmarks/moe_kernel_extract.py AICONFIGURATOR_CHECKOUT")
+    root = Path(sys.argv[1]) / "aic-core/src/aiconfigurator_core/systems/data"
+    if not root.is_dir():
+        sys.exit(f"no kernel database under {root}")
+    writer = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows(root))
+
+
+if __name__ == "__main__":
+    main()
