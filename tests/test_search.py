@@ -371,6 +371,7 @@ def test_a_stuck_pool_teardown_is_bounded(monkeypatch):
     from parplan.planner import search_workers
 
     runner = search_workers._Runner(2)
+    runner.start()
     if runner.pool is None:
         pytest.skip("no fork start method: the search runs in-process")
     stuck, terminate = threading.Event(), runner.pool.terminate

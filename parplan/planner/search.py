@@ -131,6 +131,7 @@ def plan(model: ModelSpec, cluster: ClusterSpec, *, gbs: int, seq: int, space: S
                   deadline=deadline)
     runner = _Runner(workers)
     try:
+        runner.start()
         survey = _run_survey(runner, cells, raw, workers)
         found = _run_costing(runner, survey, keep, gbs * seq / cluster.gpus, deadline, progress)
     finally:

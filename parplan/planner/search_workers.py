@@ -43,16 +43,30 @@ class _Runner:
     """Runs survey and costing tasks in forked workers (or in-process) and hands back results as they come."""
 
     def __init__(self, workers: int) -> None:
+        self.workers = workers
         self.pool = None
-        if workers > 1 and "fork" in mp.get_all_start_methods():
-            # Workers ignore Ctrl-C: the parent stops them (terminate) and reports the interruption once.
-            self.pool = mp.get_context("fork").Pool(workers, initializer=signal.signal,
-                                                    initargs=(signal.SIGINT, signal.SIG_IGN))
-        self.slots = workers if self.pool is not None else 1
+        self.slots = 1
         """Tasks in flight: one per worker (or in-process), so that every task starts from the latest limit;
         the parent merges a result and hands out the next task in far less time than a task takes."""
         self.results: queue.SimpleQueue = queue.SimpleQueue()
         self.pending = 0
+
+    def start(self) -> None:
+        """Fork the workers (where there are several and the platform forks); call it inside the try whose
+        finally calls close(). Ctrl-C is held back while the pool is built: one landing there interrupted a
+        multiprocessing finaliser half-made (CPython's Pool cleans up after Exception, not KeyboardInterrupt),
+        which printed 'Exception ignored in: <Finalize object, dead>' with a traceback under load; held, it
+        arrives once the pool exists, and close() stops it."""
+        if self.workers <= 1 or "fork" not in mp.get_all_start_methods():
+            return
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            # Workers ignore Ctrl-C: the parent stops them (terminate) and reports the interruption once.
+            self.pool = mp.get_context("fork").Pool(self.workers, initializer=signal.signal,
+                                                    initargs=(signal.SIGINT, signal.SIG_IGN))
+            self.slots = self.workers
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def submit(self, fn: Callable, arg: object) -> None:
         self.pending += 1
