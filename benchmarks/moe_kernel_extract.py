@@ -5,11 +5,10 @@
 
 Reads `aic-core/src/aiconfigurator_core/systems/data/<gpu>/moe/<engine>/<version>/moe_perf.parquet` of a checkout
 (ai-dynamo/aiconfigurator @ 095f58a for the shipped file) and keeps what benchmarks/moe_kernel_fit.py fits the
-engines' routed-expert ceilings to: per GPU system the first of each engine's VERSIONS with such rows, balanced
-routing,
-the shipped MoE models' shapes (SHAPES), the formats of FORMATS (MXFP4 with 16-bit activations on Hopper, NVFP4 on
-Blackwell), moe_tp × moe_ep ≤ 8 and the token counts of TOKENS; configurations collected twice (the 384-expert
-shape) are averaged. Seconds.
+engines' routed-expert ceilings to: per GPU system the measured rows name (cases.SYSTEMS) the first of each
+engine's VERSIONS with such rows, balanced routing, the routed-expert shapes of MODELS, the formats of FORMATS,
+moe_tp × moe_ep ≤ 8 and the token counts of TOKENS; configurations collected twice (the 384-expert shape) are
+averaged. Seconds.
 """
 
 from __future__ import annotations
@@ -19,15 +18,19 @@ import csv
 import sys
 from pathlib import Path
 
-SYSTEMS = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300")
+from parplan.hardware.presets import load_cluster
+from parplan.models import load_model
+from parplan.serving.cases import SYSTEMS
+
+MODELS = ("deepseek-ai/DeepSeek-R1", "moonshotai/Kimi-K2.5", "MiniMaxAI/MiniMax-M2.5", "Qwen/Qwen3-235B-A22B-FP8",
+          "openai/gpt-oss-120b")
+"""The shipped MoE models whose routed-expert layer shapes are kept."""
 VERSIONS = {"vllm": ("0.24.0",), "sglang": ("0.5.9", "0.5.10"), "trtllm": ("1.2.0rc5", "1.3.0rc10")}
 """vLLM's 0.24 collector builds FusedMoE, which picks the kernel as the engine does (its 0.19 one timed the Triton
 kernel directly); SGLang's and TensorRT-LLM's versions nearest the measured rows'."""
-SHAPES = {(7168, 2048, 8, 256): "deepseek-ai/DeepSeek-R1", (7168, 2048, 8, 384): "moonshotai/Kimi-K2.5",
-          (3072, 1536, 8, 256): "MiniMaxAI/MiniMax-M2.5", (4096, 1536, 8, 128): "Qwen/Qwen3-235B-A22B-FP8",
-          (2880, 2880, 4, 128): "openai/gpt-oss-120b"}
-"""(hidden, expert FFN, top-k, experts) -> the shipped model with that MoE layer."""
 FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8", "nvfp4": "fp4", "w4a16_mxfp4": "fp4"}
+"""aiconfigurator's MoE dtypes -> parplan's expert weight formats: fp4 is NVFP4 where the GPU has fp4 tensor cores,
+MXFP4 with 16-bit activations (W4A16) where it has not (serving.step.compute_format)."""
 TOKENS = (1024, 2048, 4096, 8192, 16384)
 COLUMNS = ("engine", "version", "kernel_source", "system", "format", "model", "tokens", "moe_tp", "moe_ep",
            "latency_ms")
@@ -36,19 +39,26 @@ COLUMNS = ("engine", "version", "kernel_source", "system", "format", "model", "t
 def rows(root: Path) -> list[dict[str, object]]:
     import pyarrow.parquet as pq  # optional: see the module docstring
 
+    shapes = {}
+    for name in MODELS:
+        moe = load_model(name).moe
+        assert moe is not None
+        shapes[(load_model(name).hidden, moe.expert_ffn, moe.top_k, moe.experts)] = name
     kept: dict[tuple, list[float]] = collections.defaultdict(list)
-    for system in SYSTEMS:
-        hopper = system.startswith("h")
+    for system, cluster in SYSTEMS.items():
+        if not (root / system).is_dir():
+            continue
+        fp4_cores = load_cluster(cluster).gpu.supports_fp4
         for engine, versions in VERSIONS.items():
             for version in versions:
                 path = root / system / "moe" / engine / version / "moe_perf.parquet"
                 found = 0
                 for r in pq.read_table(path).to_pylist() if path.exists() else []:
-                    model = SHAPES.get((r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"]))
+                    model = shapes.get((r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"]))
                     fmt = FORMATS.get(r["moe_dtype"])
                     if (model is None or fmt is None or r["distribution"] != "balanced"
                             or r["num_tokens"] not in TOKENS or r["moe_tp_size"] * r["moe_ep_size"] > 8
-                            or (fmt == "fp4" and hopper != (r["moe_dtype"] == "w4a16_mxfp4"))):
+                            or (fmt == "fp4" and fp4_cores == (r["moe_dtype"] == "w4a16_mxfp4"))):
                         continue
                     key = (engine, version, r["kernel_source"], system, fmt, model, r["num_tokens"],
                            r["moe_tp_size"], r["moe_ep_size"])

@@ -12,14 +12,8 @@ cores.
 
 from __future__ import annotations
 
-import numpy as np
-
 from parplan.serving.engines import load_engine
-from parplan.serving.moe_kernels import fit_fraction, log_errors, samples, with_fraction
-
-
-def _median_ape(errors: np.ndarray) -> float:
-    return float(np.median(np.abs(np.expm1(errors))))
+from parplan.serving.moe_kernels import fit_fraction, log_errors, median_error, samples, with_fraction
 
 
 def main() -> None:
@@ -30,9 +24,9 @@ def main() -> None:
         name, arch, weights = key
         engine = load_engine(name)
         fraction = fit_fraction(engine, key, group)
-        dense = _median_ape(log_errors(with_fraction(engine, arch, weights, None), group))
-        fitted = _median_ape(log_errors(with_fraction(engine, arch, weights, fraction), group))
-        shipped = _median_ape(log_errors(engine, group))
+        dense = median_error(log_errors(with_fraction(engine, arch, weights, None), group))
+        fitted = median_error(log_errors(with_fraction(engine, arch, weights, fraction), group))
+        shipped = median_error(log_errors(engine, group))
         shown = "dense" if fraction is None else f"{fraction:.3f}"
         print(f"{name:7s} {arch:9s} {weights:6s} {len(group):5d}  {shown:>8s}  {dense:6.1%}  {fitted:6.1%}  "
               f"{shipped:6.1%}")

@@ -4,6 +4,8 @@ from the model configs (data/models/hub) and datasheet figures in the presets, w
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -162,7 +164,9 @@ def test_a_prefill_step_carries_the_prompts_that_arrive_together():
     tokens; a burst of more than a full step per rank (8 prompts of 1,024 in the 8,192-token budget, on each of
     the 4 attention-DP ranks) rides full steps; in between, the step time grows linearly with its prompts. The
     requests of an arrival rate arrive independently (an open loop has no bursts: batching.burst_share), so at any
-    rate below saturation each prompt is prefilled alone."""
+    rate below saturation each prompt is prefilled alone. A burst spreads over every prefill rank of every worker:
+    with two workers of 4 ranks, 1 + pool_burst·(C − 1) prompts reach the pool together and each of the 8 ranks
+    carries an eighth of them."""
     from parplan.serving.disagg import prefill_service
 
     pool = Pool(tp=1, dp=4, moe_ep=4)
@@ -183,6 +187,13 @@ def test_a_prefill_step_carries_the_prompts_that_arrive_together():
     for rate in (1.0, 10.0, 40.0):
         est = serve_evaluate(DSV3, "b200", d, Workload(isl=1024, osl=1024, rate=rate))
         assert est.state["prefill_latency_ms"] == pytest.approx(alone * 1e3, rel=1e-12)
+    two = dataclasses.replace(d, prefill=dataclasses.replace(pool, workers=2))
+    share = load_engine("trtllm").knobs.pool_burst
+    c = round(1 + (4.5 * 8 - 1) / share)  # about 4.5 prompts per rank: halfway between alone and a full step
+    per_rank = (1 + share * (c - 1)) / 8
+    est = serve_evaluate(DSV3, "b200", two, Workload(isl=1024, osl=1024, concurrency=c))
+    assert est.state["prefill_latency_ms"] == pytest.approx((alone + (per_rank - 1) / 7 * (full - alone)) * 1e3,
+                                                            rel=1e-9)
     # A prompt of the whole budget fills each step alone: one prompt a step, whatever arrives with it.
     long = prefill_service(sm, 8192.0 * one, 8192.0 * one, 8192.0, np.full(1, np.inf))
     assert long.prompts[0] == 1.0 and long.alone[0] == long.latency[0]
@@ -345,9 +356,9 @@ def test_drawn_output_lengths_unlock_a_prefill_first_loop():
     assert ttft(32, isl=1000, osl=1000, range_ratio=0.8) < ttft(32, isl=900, osl=900)
     assert ttft(1, isl=1000, osl=1000, range_ratio=0.8) == pytest.approx(ttft(1, isl=900, osl=900), rel=1e-12)
     # lengths drawn from [999, 1000] end a lockstep group within one step: it stays locked, its TTFT that of a
-    # locked loop at the mean 999.5 tokens, between those at 999 and at 1,000
-    near = sorted((ttft(32, isl=999, osl=999), ttft(32, isl=1000, osl=1000)))
-    assert near[0] <= ttft(32, isl=1000, osl=1000, range_ratio=0.999) <= near[1]
+    # locked loop at the mean 999.5 tokens, halfway between those at 999 and at 1,000 (linear over one token)
+    near = (ttft(32, isl=999, osl=999), ttft(32, isl=1000, osl=1000))
+    assert ttft(32, isl=1000, osl=1000, range_ratio=0.999) == pytest.approx(sum(near) / 2.0, rel=1e-5)
     # the share that stays together is the aggregated burst knob (the prefill pools' pool_burst plays no part),
     # and at a share of 1 the unlocked loop is the locked one
     prec = Precision(gemm="fp8", moe="fp8")
@@ -839,14 +850,15 @@ def test_disaggregated_rows_of_the_db_dump_fill_their_decode_ranks():
     """InferenceX's `db-dump` export records a disaggregated row's decode_batch_size per attention rank: the
     concurrency spread over decode workers × attention-DP ranks (SOURCES.md rule 6 corrected 3 Kimi-K2.5 rows whose
     decode pool runs data-parallel 16, where the export had recorded one worker's whole batch). A cleaning edit
-    that breaks this is caught here."""
+    that breaks this is caught here. All 123 of them (SOURCES.md rule 6 matched each to its recipe)."""
     import csv
     import re
 
     from parplan.serving.validate import shipped_files
 
-    rows = [r for r in csv.DictReader(shipped_files()[0].open())
-            if r["mode"] == "disagg" and r["silicon_data_source"].startswith("db-dump")]
+    with shipped_files()[0].open(newline="") as f:
+        rows = [r for r in csv.DictReader(f)
+                if r["mode"] == "disagg" and r["silicon_data_source"].startswith("db-dump")]
     assert len(rows) == 123
     for r in rows:
         concurrency = int(re.search(r"silicon_concurrency=(\d+)", r["silicon_data_source"]).group(1))

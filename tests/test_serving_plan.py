@@ -120,7 +120,7 @@ def test_a_disaggregated_plan_predicts_what_its_explain_does(engine):
     est = serve_evaluate("llama3.1-70b", "h200", d, Workload(isl=1024, osl=1024, concurrency=best.concurrency))
     assert est.ttft_ms <= best.ttft_ms + 1e-6
     assert est.ttft_ms >= best.ttft_ms - 1e3 / best.requests_per_s
-    assert est.tpot_ms == pytest.approx(best.tpot_ms, rel=1e-3)
+    assert est.tpot_ms == pytest.approx(best.tpot_ms, rel=1e-3) and est.tpot_ms <= best.tpot_ms
 
 
 def test_a_rate_matched_disaggregated_plan_predicts_what_its_explain_does_at_that_rate():
@@ -128,9 +128,8 @@ def test_a_rate_matched_disaggregated_plan_predicts_what_its_explain_does_at_tha
     --rate` of the reproducing deployment (an open loop): the two give the same TTFT. The search costs TPOT at its
     grid batch per decode rank (one of RANK_CONCURRENCY), with the decode workers the rate needs at that batch
     rounded up; explain solves the batch the rate puts there by Little's law, 20/s × 511 tokens × TPOT over the
-    decode ranks, below the grid's, so its TPOT is a little lower, never higher."""
-    from parplan.serving.search import RANK_CONCURRENCY
-
+    decode ranks, below the grid's, so its TPOT is a little lower, never higher (and within 5%, a tolerance: a step's
+    time falls less than its batch, 180/192 here, as the weights stream whatever the batch)."""
     plan = serve_plan("qwen3-30b-a3b", "h100", 16, isl=2048, osl=512, rate=20.0, tpot_ms=40.0,
                       modes=("disaggregated",), precisions=("fp8",))
     best = plan.best
@@ -149,7 +148,6 @@ def test_a_disaggregated_candidate_is_what_the_cost_model_gives_at_its_requests_
     requests in flight that TTFT sets, X·(TTFT + (OSL − 1)·TPOT), unrounded: the search settles the prompt's own
     prefill step (PrefillService.ride) and its burst's rounds with the TTFT (disagg.settled_first_token), to 1e-4.
     Checked on every candidate of the Pareto front and the best, saturated prefill pools included."""
-    from parplan.serving.engines import load_engine
     from parplan.serving.evaluate import Traffic, evaluate_disaggregated
     from parplan.serving.layout import PoolArrays
 

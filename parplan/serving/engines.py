@@ -215,8 +215,12 @@ class Engine:
         is listed and lower (a fused MoE op routes, permutes and scales tokens around variable-size grouped
         GEMMs; the shipped fractions, 0.20-0.68, reproduce aiconfigurator's measured ops where the dense GEMMs'
         measured ceilings are 0.71-0.80)."""
-        fraction = next((f for a, w, f in self.moe_gemm_fraction if a == gpu.arch and w == weights), None)
+        fraction = self.moe_fraction(gpu.arch, weights)
         return fraction if fraction is not None and fraction < gemm_ceiling(gpu, dtype) else None
+
+    def moe_fraction(self, arch: str, weights: str) -> float | None:
+        """The moe_gemm_fraction entry of a GPU architecture and expert weight format, None where not listed."""
+        return next((f for a, w, f in self.moe_gemm_fraction if (a, w) == (arch, weights)), None)
 
     def default_kv_dtype(self, weights: str) -> str:
         """The KV-cache format the engine picks when not told, for weights stored as `weights`."""

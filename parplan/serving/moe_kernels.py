@@ -79,6 +79,11 @@ def log_errors(engine: Engine, group: tuple[KernelSample, ...]) -> np.ndarray:
     return np.concatenate(out)
 
 
+def median_error(errors: np.ndarray) -> float:
+    """Median absolute relative error of times whose log errors (log(measured / predicted)) are `errors`."""
+    return float(np.median(np.abs(np.expm1(errors))))
+
+
 def with_fraction(engine: Engine, arch: str, weights: str, fraction: float | None) -> Engine:
     """The engine with one entry of its table set (None: removed, so the dense GEMM ceiling applies)."""
     table = tuple(e for e in engine.moe_gemm_fraction if (e[0], e[1]) != (arch, weights))
