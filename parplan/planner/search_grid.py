@@ -8,12 +8,12 @@ a block fixes, and _representatives one layout per block, the layout the bounds 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
+from parplan._arith import divisors
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
 from parplan.planner.strategy import (
@@ -25,17 +25,6 @@ from parplan.planner.strategy import (
     p2p_overlap_default,
     scatter_gather_acts,
 )
-
-
-def _divisors(n: int) -> list[int]:
-    """Divisors of n in increasing order, by trial division up to √n."""
-    small, large = [], []
-    for d in range(1, math.isqrt(n) + 1):
-        if n % d == 0:
-            small.append(d)
-            if d != n // d:
-                large.append(n // d)
-    return small + large[::-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,23 +119,22 @@ def _grid(model: ModelSpec, cluster: ClusterSpec, gbs: int, seq: int, space: Sea
     precision = np.array([PRECISIONS.index(p) for p in space.precision], dtype=np.int8)
     redundant = np.array(space.redundant_experts if moe else (0,), dtype=np.int64)
     sps = np.array(sorted(set(space.sp)), dtype=bool)
-    divisors = _divisors(g)
-    for tp in divisors:
+    for tp in divisors(g):
         if not space.allows("tp", tp) or model.attention.kv_heads % tp or model.attention.heads % tp:
             continue
         if space.tp is None and space.tp_in_domain and tp > dom:
             continue
-        for pp in _divisors(g // tp):
+        for pp in divisors(g // tp):
             if not space.allows("pp", pp) or pp > model.layers:
                 continue
-            cps = [cp for cp in _divisors(g // (tp * pp)) if space.allows("cp", cp)
+            cps = [cp for cp in divisors(g // (tp * pp)) if space.allows("cp", cp)
                    and not (cp > 1 and seq % (2 * cp)) and gbs % (g // (tp * pp * cp)) == 0]
             per_stage = g // pp
-            eps = [1] if moe is None else [e for e in _divisors(moe.experts) if space.allows("ep", e)]
-            etps = [1] if moe is None else [x for x in _divisors(moe.expert_ffn) if space.allows("etp", x)
+            eps = [1] if moe is None else [e for e in divisors(moe.experts) if space.allows("ep", e)]
+            etps = [1] if moe is None else [x for x in divisors(moe.expert_ffn) if space.allows("etp", x)
                                             and (space.etp is not None or not space.tp_in_domain or x <= dom)]
             expert = [(e, x) for e in eps for x in etps if per_stage % (e * x) == 0]
-            mbs = sorted({b for cp in cps for b in _divisors(gbs // (g // (tp * pp * cp))) if space.allows("mbs", b)})
+            mbs = sorted({b for cp in cps for b in divisors(gbs // (g // (tp * pp * cp))) if space.allows("mbs", b)})
             sched = []
             for s in space.schedule:
                 code = SCHEDULES.index(s)

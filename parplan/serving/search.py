@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from parplan._arith import divisors
 from parplan.errors import InvalidStrategyError, NoFeasiblePlanError, ParplanError
 from parplan.hardware.spec import ClusterSpec
 from parplan.models.spec import ModelSpec
@@ -85,23 +86,19 @@ class Candidate:
         return {"prefill": as_dict(self.prefill), "decode": as_dict(self.decode)}  # type: ignore[arg-type]
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def worker_layouts(model: ModelSpec, cluster: ClusterSpec, engine: Engine, precision: Precision, gpus: int, *,
                    max_pp: int = 1, redundant: tuple[int, ...] = (0,)) -> list[Pool]:
     """Every layout of a worker of `gpus` GPUs the engine can run: tp inside one NVLink domain, pp up to
     max_pp, the rest attention DP, and each split of the stage's GPUs into moe_tp × moe_ep."""
     out = []
-    for tp in _divisors(gpus):
+    for tp in divisors(gpus):
         if tp > cluster.scaleup_domain:
             continue
-        for pp in _divisors(gpus // tp):
+        for pp in divisors(gpus // tp):
             if pp > max_pp:
                 continue
             dp = gpus // (tp * pp)
-            for ep in (_divisors(tp * dp) if model.moe else [1]):
+            for ep in (divisors(tp * dp) if model.moe else [1]):
                 for extra in redundant:
                     if extra and ep == 1:
                         continue
