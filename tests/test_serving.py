@@ -791,6 +791,82 @@ def test_published_run_keeps_its_token_budget():
     assert cases["trtllm_dsr1_h200_max_tput"].deployment.chunk_tokens == 1151
 
 
+def test_a_curated_anchor_that_is_a_shipped_row_is_predicted_as_that_row():
+    """13 of aiconfigurator's curated rows (published_serving.yaml, from tools/accuracy_tracking/silicon_refs.csv)
+    are measurements the shipped CSV holds too: equal TTFT and TPOT (to 0.5%), the same model, GPU, lengths,
+    concurrency and layout. Their `launch:` sections and workload.range_ratio state the settings the twin row
+    carries (its public launch script, SOURCES.md rules 3, 4 and 7), so each is predicted exactly as its twin; an
+    anchor left with the generator's defaults, as all were once, fails here."""
+    from parplan.serving.cases import read_measured_csv
+    from parplan.serving.published import read_published_yaml
+    from parplan.serving.validate import evaluate_cases, shipped_files
+
+    rows = [c for c in read_measured_csv(shipped_files()[0]) if not c.refused]
+    anchors = [c for c in read_published_yaml(shipped_files()[1]) if c.kind == "closed_loop" and not c.refused]
+    pairs = []
+    for a in anchors:
+        twins = [r for r in rows
+                 if all(abs(r.measured[k] / a.measured[k] - 1.0) < 5e-3 for k in ("ttft_ms", "tpot_ms"))]
+        assert len(twins) <= 1, a.id
+        pairs += [(a, t) for t in twins]
+    assert len(pairs) == 13
+    for (a, t), ra, rt in zip(pairs, evaluate_cases([a for a, _ in pairs]), evaluate_cases([t for _, t in pairs]),
+                              strict=True):
+        assert (a.model, a.workload.isl, a.workload.osl, a.workload.concurrency) == (
+            t.model, t.workload.isl, t.workload.osl, t.workload.concurrency), a.id
+        assert ra.error == rt.error, a.id  # one pair, DeepSeek-R1 on GB200 under SGLang, fits neither way
+        for metric in ("ttft_ms", "tpot_ms") if rt.error is None else ():
+            assert ra.predicted[metric] == pytest.approx(rt.predicted[metric], rel=1e-9), (a.id, metric)
+
+
+def test_a_published_entry_states_its_launch_settings(tmp_path):
+    """A closed-loop entry's `launch:` section takes the measured CSV's launch columns (cases.LAUNCH_COLUMNS), read
+    and checked by the same code, and workload.range_ratio the client's length draw; a setting it does not know,
+    a value out of its range, or a cap on running requests for a disaggregated deployment is an error naming the
+    file, the entry and the field; speculative decoding without its acceptance is refused, as a CSV row is."""
+    from parplan.serving.published import read_published_yaml
+
+    entry = """- id: x
+  kind: e2e_serving_fixed_concurrency
+  model: meta-llama/Llama-3.1-70B
+  gpu: {type: h200_sxm}
+  engine: trtllm 1.2.0
+  layout: {tp: 8}
+  precision: {gemm_and_moe: fp8}
+  workload: {isl: 1024, osl: 1024, concurrency: 16, range_ratio: 0.8}
+  launch: {kv_cache_dtype: bf16, chunk_tokens: 16384, memory_fraction: 0.85, overlap_scheduler: true,
+           batch_wait_iters: 20, batch_wait_ratio: 0.9, max_running: 64, cuda_graph_max_batch: 32}
+  measured: {ttft_ms: 100.0, tpot_ms: 10.0}
+"""
+
+    def read(text: str):
+        path = tmp_path / "p.yaml"
+        path.write_text(text)
+        return read_published_yaml(path)[0]
+
+    case = read(entry)
+    d = case.deployment
+    assert case.refused is None and case.workload.range_ratio == 0.8
+    assert (d.precision.kv_cache, d.chunk_tokens, d.memory_fraction, d.overlap_scheduler) == ("bf16", 16384, 0.85, True)
+    assert d.batch_wait == BatchWait(iters=20, ratio=0.9) and d.pool.batch == 64 and d.cuda_graph_max_batch == 32
+    # unstated: aiconfigurator's generator default (cases.MEASURED_OVERLAP), fixed lengths
+    unstated = read(entry.replace(" overlap_scheduler: true,", "").replace(", range_ratio: 0.8", ""))
+    assert unstated.deployment.overlap_scheduler is False and unstated.workload.range_ratio == 1.0
+    for good, bad, field in (("chunk_tokens: 16384", "chunk_tokens: -4", "launch.chunk_tokens"),
+                             ("memory_fraction: 0.85", "memory_fraction: 1.5", "launch.memory_fraction"),
+                             ("batch_wait_ratio: 0.9", "batch_wait_ratio: null", "launch.batch_wait_ratio"),
+                             ("overlap_scheduler: true", "overlap: true", "launch.overlap"),
+                             ("range_ratio: 0.8", "range_ratio: 1.5", "workload.range_ratio")):
+        with pytest.raises(ConfigError, match=r"entry 'x'") as e:
+            read(entry.replace(good, bad))
+        assert e.value.field == field and e.value.file.endswith("p.yaml")
+    with pytest.raises(ConfigError) as e:
+        read(entry.replace("layout: {tp: 8}", "layout: {prefill: {tp: 8}, decode: {tp: 8}}"))
+    assert e.value.field == "launch.max_running"
+    drafted = read(entry.replace("max_running: 64", "mtp: 3"))
+    assert drafted.refused and "acceptance" in drafted.refused
+
+
 def test_measured_rows_keep_aiconfigurator_token_budget():
     """aiconfigurator's generator gives an aggregated vLLM or TensorRT-LLM worker max_num_tokens = max_batch_size
     + ISL + 1500 (rule_plugin/vllm.rule, trtllm.rule): the Llama 3.1 8B FP8 row of its gap analysis measured at

@@ -150,16 +150,20 @@ REQUIRED_COLUMNS = ("id", "silicon_data_source", "backend", "model_path", "syste
 ROLE_COLUMNS = ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
 
 
-class _Row:
-    """Typed access to one CSV row; errors name the file, the row (1 = first data row) and the column."""
+class Row:
+    """Typed access to one CSV row; errors name the file, the row (1 = first data row) and the column. A
+    mapping of another file reads the same way: `where` names it in the errors ('entry 'x''), and `prefix`
+    leads its field names ('launch.')."""
 
-    def __init__(self, data: dict[str, str], file: str, number: int) -> None:
+    def __init__(self, data: dict[str, str], file: str, number: int, *, where: str | None = None,
+                 prefix: str = "") -> None:
         self.data = data
         self.file = file
-        self.number = number
+        self.where = where or f"row {number}"
+        self.prefix = prefix
 
     def error(self, column: str, why: str) -> ConfigError:
-        return ConfigError(f"row {self.number}: {why}", file=self.file, field=column)
+        return ConfigError(f"{self.where}: {why}", file=self.file, field=self.prefix + column)
 
     def text(self, column: str) -> str:
         return (self.data.get(column) or "").strip()
@@ -212,13 +216,13 @@ class _Row:
         return allowed[raw]
 
 
-def _concurrency(row: _Row) -> int | None:
+def _concurrency(row: Row) -> int | None:
     """The concurrency a row was measured at: silicon_concurrency=N in silicon_data_source."""
     match = re.search(r"silicon_concurrency=(\d+)", row.text("silicon_data_source"))
     return int(match.group(1)) if match else None
 
 
-def _pool(row: _Row, prefix: str, *, moe: bool) -> Pool:
+def _pool(row: Row, prefix: str, *, moe: bool) -> Pool:
     """A pool from the columns `prefix`tp_size etc.; 0 or empty means 'not applicable' where the file uses
     it so (attention DP 1; MoE sizes of dense models; one worker). Raises ParplanError for a layout a Pool
     rejects."""
@@ -237,7 +241,7 @@ def _pool(row: _Row, prefix: str, *, moe: bool) -> Pool:
     return Pool(tp=tp, pp=pp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep or 1, workers=n)
 
 
-def _measured_budget(row: _Row, engine: str, isl: int) -> int | None:
+def _measured_budget(row: Row, engine: str, isl: int) -> int | None:
     """The token budget per step aiconfigurator gave an aggregated deployment of `engine` (None: the engine's
     default): max_batch_size (the row's batch_size) + ISL + 1500."""
     if engine not in MEASURED_BUDGET_ENGINES:
@@ -245,8 +249,9 @@ def _measured_budget(row: _Row, engine: str, isl: int) -> int | None:
     return (row.int("batch_size", minimum=1) or 0) + isl + MEASURED_BUDGET_SPARE
 
 
-def _launch(row: _Row) -> dict[str, Any]:
-    """The row's LAUNCH_COLUMNS, checked (None where a cell is empty or the file has no such column)."""
+def launch_settings(row: Row) -> dict[str, Any]:
+    """The row's LAUNCH_COLUMNS, checked (None where a cell is empty or the file has no such column); a published
+    deployment's `launch:` section reads the same way (published.py)."""
     kv = row.text("kv_cache_dtype")
     if kv and kv != "auto":
         kv = row.choice("kv_cache_dtype", {k: k for k in KV_DTYPES})
@@ -276,6 +281,23 @@ def _launch(row: _Row) -> dict[str, Any]:
             "recv_interval": recv}
 
 
+def deployment_settings(launch: dict[str, Any], overlap: bool | None) -> dict[str, Any]:
+    """Deployment's launch fields common to both modes, from launch_settings, with the overlap scheduler the
+    reader decided (the launch's, else its default). The token budget, the cap on running requests, the KV-cache
+    format and speculative decoding depend on the mode or the file and stay with the reader."""
+    return dict(overlap_scheduler=overlap, memory_fraction=launch["memory_fraction"], batch_wait=launch["batch_wait"],
+                dp_balance=launch["dp_balance"], cuda_graph_max_batch=launch["cuda_graph_max_batch"],
+                recv_interval=launch["recv_interval"])
+
+
+def check_drafts(launch: dict[str, Any]) -> None:
+    """Refuse a deployment that drafted tokens (launch_settings' mtp) at an acceptance it does not record."""
+    if launch["mtp"] and launch["acceptance"] is None:
+        drafts = f"{launch['mtp']} token{'s' if launch['mtp'] > 1 else ''} drafted a step"
+        raise ParplanError(f"ran with speculative decoding ({drafts}) at an acceptance rate it does not "
+                           "record (mtp_acceptance), which sets its TPOT")
+
+
 def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
     """Cases of a measured-rows CSV (columns as serving_measured.csv)."""
     from parplan.models import load_model  # models import the serving-free part of parplan only
@@ -293,7 +315,7 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
             raise ConfigError("required column is missing", file=file, field=column)
     cases = []
     for number, data in enumerate(records, start=1):
-        row = _Row(data, file, number)
+        row = Row(data, file, number)
         engine = row.choice("backend", ENGINE_NAMES)
         mode = row.choice("mode", MODE_NAMES)
         isl, osl = row.int("isl", minimum=1), row.int("osl", minimum=1)
@@ -304,7 +326,7 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
         model_id, system = row.text("model_path"), row.text("system")
         if not model_id:
             raise row.error("model_path", "required value is missing")
-        launch = _launch(row)
+        launch = launch_settings(row)
         case_id = row.text("id") or f"row {number}"
         tags = {"model": model_id, "system": system, "engine": engine, "mode": mode, "set": "measured rows"}
         base = dict(id=case_id, source=row.text("silicon_data_source"), model=model_id, system=system,
@@ -320,10 +342,7 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
             generated = GENERATED_SOURCE in row.text("silicon_data_source")
             if overlap is None and generated:
                 overlap = MEASURED_OVERLAP.get(engine)
-            settings = dict(overlap_scheduler=overlap,
-                            memory_fraction=launch["memory_fraction"], batch_wait=launch["batch_wait"],
-                            dp_balance=launch["dp_balance"], cuda_graph_max_batch=launch["cuda_graph_max_batch"],
-                            recv_interval=launch["recv_interval"])
+            settings = deployment_settings(launch, overlap)
             if mode == "aggregated":
                 pool = _pool(row, "", moe=model.moe is not None)
                 if launch["max_running"] is not None:
@@ -351,10 +370,7 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
             if concurrency is None:
                 raise ParplanError("the concurrency it was measured at is not recorded (silicon_concurrency=N in "
                                    "silicon_data_source): TTFT depends on it")
-            if launch["mtp"] and launch["acceptance"] is None:
-                drafts = f"{launch['mtp']} token{'s' if launch['mtp'] > 1 else ''} drafted a step"
-                raise ParplanError(f"ran with speculative decoding ({drafts}) at an acceptance rate it does not "
-                                   "record (mtp_acceptance), which sets its TPOT")
+            check_drafts(launch)
             ratio = row.finite("range_ratio")
             try:  # the ranges are the workload's own rules, named here with the row
                 workload = Workload(isl=isl, osl=osl, concurrency=concurrency, mtp=launch["mtp"],

@@ -3,7 +3,8 @@
 Each entry states a kind of measurement; the kinds the serving model can reproduce become cases, one metric
 per measured figure, named as the file names it:
 
-- e2e_serving_fixed_concurrency (aiconfigurator's curated rows): TTFT and TPOT of a closed loop;
+- e2e_serving_fixed_concurrency (aiconfigurator's curated rows): TTFT and TPOT of a closed loop, with the launch
+  settings (`launch:`, the measured CSV's launch columns) and length draw (workload.range_ratio) the entry states;
 - e2e_offline (TensorRT-LLM perf overview and best-practice blogs): output tokens/s per GPU with every
   request queued (throughput at the batch the engine holds) or at a stated concurrency;
 - e2e_static_batch: output tokens/s per GPU of a static batch (one prefill of the batch, then its decode);
@@ -37,7 +38,17 @@ from parplan.hardware import deepep, load_cluster
 from parplan.limits import MAX_BATCH, MAX_SEQ
 from parplan.models import ModelSpec, load_model
 from parplan.planner import experts
-from parplan.serving.cases import MEASURED_OVERLAP, QUANT, SYSTEMS, Case
+from parplan.serving.cases import (
+    LAUNCH_COLUMNS,
+    MEASURED_OVERLAP,
+    QUANT,
+    SYSTEMS,
+    Case,
+    Row,
+    check_drafts,
+    deployment_settings,
+    launch_settings,
+)
 from parplan.serving.engines import Engine, load_engine
 from parplan.serving.evaluate import Traffic, evaluate_aggregated
 from parplan.serving.layout import PoolArrays
@@ -183,24 +194,56 @@ def _base(entry: _Entry) -> dict[str, Any]:
                       "kind": str(entry.raw.get("kind")), "tier": str(entry.raw.get("tier")), "set": "published"})
 
 
+def _launch(entry: _Entry) -> dict[str, Any]:
+    """The entry's `launch:` section, keyed and checked as the measured rows' LAUNCH_COLUMNS (cases.py
+    launch_settings; every setting None where the section leaves it out)."""
+    section = entry.section("launch")
+    for key in section:
+        if key not in LAUNCH_COLUMNS:
+            raise entry.error(f"launch.{key}", f"unknown launch setting; known: {', '.join(LAUNCH_COLUMNS)}")
+    # The CSV reader's cells are text: YAML booleans read as its true / false, a missing value as an empty cell.
+    cells = {str(k): "" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+             for k, v in section.items()}
+    return launch_settings(Row(cells, entry.file, 0, where=f"entry {entry.id!r}", prefix="launch."))
+
+
 def _closed_loop(entry: _Entry, engine: str) -> Case:
-    """aiconfigurator's curated rows: TTFT and TPOT at a stated concurrency, aggregated or disaggregated."""
+    """aiconfigurator's curated rows: TTFT and TPOT at a stated concurrency, aggregated or disaggregated, with
+    the launch settings and client (workload.range_ratio) the entry states."""
     model = load_model(entry.raw["model"])
     layout, work = entry.section("layout"), entry.section("workload")
+    launch = _launch(entry)
     precision = _precision(entry, load_engine(engine), model)
+    if launch["kv_cache_dtype"] is not None:
+        precision = dataclasses.replace(precision, kv_cache=launch["kv_cache_dtype"])
     moe = model.moe is not None
-    overlap = MEASURED_OVERLAP.get(engine)  # aiconfigurator's curated rows ran its generated configs
+    # Where the entry does not say, aiconfigurator's generated configs (its curated rows' default).
+    overlap = MEASURED_OVERLAP.get(engine) if launch["overlap_scheduler"] is None else launch["overlap_scheduler"]
+    settings = deployment_settings(launch, overlap) | {"chunk_tokens": launch["chunk_tokens"]}
     if "prefill" in layout:
+        if launch["max_running"] is not None:
+            raise entry.error("launch.max_running", "applies to an aggregated deployment")
         deployment = Deployment(engine=engine, precision=precision, mode="disaggregated",
                                 prefill=_pool(entry, layout["prefill"], "layout.prefill", moe),
-                                decode=_pool(entry, layout["decode"], "layout.decode", moe), overlap_scheduler=overlap)
+                                decode=_pool(entry, layout["decode"], "layout.decode", moe), **settings)
     else:
-        deployment = Deployment(engine=engine, precision=precision, pool=_pool(entry, layout, "layout", moe),
-                                overlap_scheduler=overlap)
-    workload = Workload(isl=int(_number(entry, "workload", "isl", work.get("isl"), integer=True)),
-                        osl=int(_number(entry, "workload", "osl", work.get("osl"), integer=True)),
-                        concurrency=int(_number(entry, "workload", "concurrency", work.get("concurrency"),
-                                                integer=True)))
+        pool = _pool(entry, layout, "layout", moe)
+        if launch["max_running"] is not None:
+            pool = dataclasses.replace(pool, batch=launch["max_running"])
+        deployment = Deployment(engine=engine, precision=precision, pool=pool, **settings)
+    check_drafts(launch)
+    ratio = work.get("range_ratio", 1.0)
+    try:  # the ranges are the workload's own rules, named here with the entry
+        workload = Workload(isl=int(_number(entry, "workload", "isl", work.get("isl"), integer=True)),
+                            osl=int(_number(entry, "workload", "osl", work.get("osl"), integer=True)),
+                            concurrency=int(_number(entry, "workload", "concurrency", work.get("concurrency"),
+                                                    integer=True)),
+                            mtp=launch["mtp"], acceptance=launch["acceptance"] or 0.0,
+                            range_ratio=_number(entry, "workload", "range_ratio", ratio, most=1.0))
+    except ConfigError as e:
+        if e.field not in ("mtp", "acceptance"):
+            raise
+        raise entry.error({"acceptance": "launch.mtp_acceptance"}.get(e.field, "launch.mtp"), e.rule) from None
     measured = {k: v for k, v in _measured(entry).items() if k in ("ttft_ms", "tpot_ms")}
     base = _base(entry) | {"measured": measured}
     return Case(cluster=_cluster(entry), engine=engine, deployment=deployment, workload=workload, **base)
