@@ -819,6 +819,22 @@ def test_a_curated_anchor_that_is_a_shipped_row_is_predicted_as_that_row():
             assert ra.predicted[metric] == pytest.approx(rt.predicted[metric], rel=1e-9), (a.id, metric)
 
 
+def test_no_shipped_deployment_keeps_a_layout_the_export_multiplied():
+    """InferenceX's exports recorded some aggregated layouts of a GPUs per worker as a² (tp 16 with MoE 4×4 for
+    tp 4 × EP 4 on an 8-GPU node): SOURCES.md rule 2 corrected the CSV's rows, rule 7 the curated anchor of the
+    same configuration (DeepSeek on B300 under SGLang, cfg717). The signature, moe_tp = moe_ep = a > 1 with
+    tp·dp = a², is left in neither file."""
+    from parplan.serving.cases import read_measured_csv
+    from parplan.serving.published import read_published_yaml
+    from parplan.serving.validate import shipped_files
+
+    cases = read_measured_csv(shipped_files()[0]) + read_published_yaml(shipped_files()[1])
+    pools = [c.deployment.pool for c in cases if c.deployment is not None and c.deployment.pool is not None]
+    assert len(pools) > 1000
+    signature = [p for p in pools if p.moe_tp and p.moe_tp == p.moe_ep > 1 and p.tp * p.dp == p.moe_tp * p.moe_ep]
+    assert not signature
+
+
 def test_a_published_entry_states_its_launch_settings(tmp_path):
     """A closed-loop entry's `launch:` section takes the measured CSV's launch columns (cases.LAUNCH_COLUMNS), read
     and checked by the same code, and workload.range_ratio the client's length draw; a setting it does not know,
