@@ -792,11 +792,12 @@ def test_published_run_keeps_its_token_budget():
 
 
 def test_a_curated_anchor_that_is_a_shipped_row_is_predicted_as_that_row():
-    """13 of aiconfigurator's curated rows (published_serving.yaml, from tools/accuracy_tracking/silicon_refs.csv)
-    are measurements the shipped CSV holds too: equal TTFT and TPOT (to 0.5%), the same model, GPU, lengths,
-    concurrency and layout. Their `launch:` sections and workload.range_ratio state the settings the twin row
-    carries (its public launch script, SOURCES.md rules 3, 4 and 7), so each is predicted exactly as its twin; an
-    anchor left with the generator's defaults, as all were once, fails here."""
+    """13 of aiconfigurator's curated rows (published_serving.yaml: 9 from tools/accuracy_tracking/silicon_refs.csv, 4
+    from silicon_sample.csv, the file the CSV was copied from) are measurements the shipped CSV holds too: equal
+    TTFT and TPOT (to 0.5%), the same model, GPU, lengths, concurrency and layout. Their `launch:` sections and
+    workload.range_ratio state the settings the twin row carries (its public launch script, SOURCES.md rules 3,
+    4 and 7), so each is predicted exactly as its twin; an anchor left with the generator's defaults, as all
+    were once, fails here."""
     from parplan.serving.cases import read_measured_csv
     from parplan.serving.published import read_published_yaml
     from parplan.serving.validate import evaluate_cases, shipped_files
@@ -837,9 +838,11 @@ def test_no_shipped_deployment_keeps_a_layout_the_export_multiplied():
 
 def test_a_published_entry_states_its_launch_settings(tmp_path):
     """A closed-loop entry's `launch:` section takes the measured CSV's launch columns (cases.LAUNCH_COLUMNS), read
-    and checked by the same code, and workload.range_ratio the client's length draw; a setting it does not know,
-    a value out of its range, or a cap on running requests for a disaggregated deployment is an error naming the
-    file, the entry and the field; speculative decoding without its acceptance is refused, as a CSV row is."""
+    and checked by the same code, and workload.range_ratio the client's length draw. A setting it does not know, a
+    value outside the setting's own rule, a length draw its lengths cannot make, a KV-cache format the precision
+    contradicts, a cap on running requests for a disaggregated deployment, or a launch section on another kind of
+    entry is an error naming the file, the entry and the field; speculative decoding without its acceptance is
+    refused, as a CSV row is (so is a value past the model's limits, such as a budget beyond its context)."""
     from parplan.serving.published import read_published_yaml
 
     entry = """- id: x
@@ -872,7 +875,12 @@ def test_a_published_entry_states_its_launch_settings(tmp_path):
                              ("memory_fraction: 0.85", "memory_fraction: 1.5", "launch.memory_fraction"),
                              ("batch_wait_ratio: 0.9", "batch_wait_ratio: null", "launch.batch_wait_ratio"),
                              ("overlap_scheduler: true", "overlap: true", "launch.overlap"),
-                             ("range_ratio: 0.8", "range_ratio: 1.5", "workload.range_ratio")):
+                             ("range_ratio: 0.8", "range_ratio: 1.5", "workload.range_ratio"),
+                             ("isl: 1024, osl: 1024, concurrency: 16, range_ratio: 0.8",
+                              "isl: 16, osl: 16, concurrency: 16, range_ratio: 0.01", "workload.range_ratio"),
+                             ("precision: {gemm_and_moe: fp8}", "precision: {gemm_and_moe: fp8, kv_cache: fp8}",
+                              "launch.kv_cache_dtype"),
+                             ("kind: e2e_serving_fixed_concurrency", "kind: e2e_offline", "launch")):
         with pytest.raises(ConfigError, match=r"entry 'x'") as e:
             read(entry.replace(good, bad))
         assert e.value.field == field and e.value.file.endswith("p.yaml")

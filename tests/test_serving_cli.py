@@ -299,3 +299,12 @@ def test_published_yaml_malformed(run_cli, tmp_path):
     text = "- id: x\n  kind: kernel_comm\n  measured: {dispatch_us_with_nvlink: -3}\n"
     code, _, err = run_cli("validate", "--serving", _write(tmp_path, text, "bad.yaml"))
     assert code == 1 and "measured.dispatch_us_with_nvlink" in err
+    # a closed loop without its model, or with a role's layout that is not a mapping (both reached the catch-all)
+    loop = ("- id: x\n  kind: e2e_serving_fixed_concurrency\n  model: deepseek-ai/DeepSeek-V3\n"
+            "  gpu: {type: h200_sxm}\n  engine: sglang\n  layout: {prefill: {tp: 8}, decode: {tp: 8}}\n"
+            "  precision: {gemm_and_moe: fp8}\n  workload: {isl: 1024, osl: 1024, concurrency: 8}\n"
+            "  measured: {ttft_ms: 100, tpot_ms: 10}\n")
+    for broken, field in ((loop.replace("  model: deepseek-ai/DeepSeek-V3\n", ""), "'model'"),
+                          (loop.replace("decode: {tp: 8}", "decode: 8"), "'layout.decode'")):
+        code, _, err = run_cli("validate", "--serving", _write(tmp_path, broken, "bad.yaml"))
+        assert code == 1 and field in err and "internal error" not in err

@@ -61,6 +61,10 @@ ENGINE_WORDS = (("sglang", "sglang"), ("tensorrt", "trtllm"), ("trtllm", "trtllm
 QUEUED = 100_000
 """Requests in flight for 'infinite request rate' benchmarks: every request queued, the engine's batch full."""
 
+LAUNCHED_KINDS = ("e2e_serving_fixed_concurrency",)
+"""Kinds of entries whose `launch:` section is read (the measured CSV's launch columns); on another kind it is an
+error, as a setting the reader would drop."""
+
 PERF_OVERVIEW_REQUESTS = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (1000, 2000): 1500,
                           (2048, 128): 3000, (2048, 2048): 1500, (5000, 500): 1500, (1000, 1000): 3000,
                           (500, 2000): 3000, (20000, 2000): 1000}
@@ -175,7 +179,9 @@ def _int(section: dict[str, Any], path: str, key: str, default: int | None = Non
     return value
 
 
-def _pool(entry: _Entry, layout: dict[str, Any], path: str, moe: bool, batch_key: str | None = None) -> Pool:
+def _pool(entry: _Entry, layout: Any, path: str, moe: bool, batch_key: str | None = None) -> Pool:
+    if not isinstance(layout, dict):
+        raise entry.error(path, f"expected a mapping, got {layout!r}")
     tp = _int(layout, path, "tp", 1)
     dp = _int(layout, path, "attention_dp", 1) or 1
     ep = _int(layout, path, "moe_ep", 1) if moe else 1
@@ -201,20 +207,25 @@ def _launch(entry: _Entry) -> dict[str, Any]:
     for key in section:
         if key not in LAUNCH_COLUMNS:
             raise entry.error(f"launch.{key}", f"unknown launch setting; known: {', '.join(LAUNCH_COLUMNS)}")
-    # The CSV reader's cells are text: YAML booleans read as its true / false, a missing value as an empty cell.
-    cells = {str(k): "" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
-             for k, v in section.items()}
+    # The CSV reader's cells are text (its flags take any case, so YAML's booleans read as written); a null is an
+    # empty cell, a setting left out.
+    cells = {str(k): "" if v is None else str(v) for k, v in section.items()}
     return launch_settings(Row(cells, entry.file, 0, where=f"entry {entry.id!r}", prefix="launch."))
 
 
 def _closed_loop(entry: _Entry, engine: str) -> Case:
     """aiconfigurator's curated rows: TTFT and TPOT at a stated concurrency, aggregated or disaggregated, with
     the launch settings and client (workload.range_ratio) the entry states."""
-    model = load_model(entry.raw["model"])
+    model = load_model(entry.text("model"))
     layout, work = entry.section("layout"), entry.section("workload")
     launch = _launch(entry)
     precision = _precision(entry, load_engine(engine), model)
     if launch["kv_cache_dtype"] is not None:
+        p = entry.section("precision")
+        stated = _format(p.get("kv_cache")) or _format(p.get("kv_cache_and_attention"))
+        if stated is not None and stated != launch["kv_cache_dtype"]:
+            raise entry.error("launch.kv_cache_dtype",
+                              f"{launch['kv_cache_dtype']} where the precision states {stated}")
         precision = dataclasses.replace(precision, kv_cache=launch["kv_cache_dtype"])
     moe = model.moe is not None
     # Where the entry does not say, aiconfigurator's generated configs (its curated rows' default).
@@ -241,9 +252,10 @@ def _closed_loop(entry: _Entry, engine: str) -> Case:
                             mtp=launch["mtp"], acceptance=launch["acceptance"] or 0.0,
                             range_ratio=_number(entry, "workload", "range_ratio", ratio, most=1.0))
     except ConfigError as e:
-        if e.field not in ("mtp", "acceptance"):
+        where = {"mtp": "launch.mtp", "acceptance": "launch.mtp_acceptance", "range_ratio": "workload.range_ratio"}
+        if e.field not in where:
             raise
-        raise entry.error({"acceptance": "launch.mtp_acceptance"}.get(e.field, "launch.mtp"), e.rule) from None
+        raise entry.error(where[e.field], e.rule) from None
     measured = {k: v for k, v in _measured(entry).items() if k in ("ttft_ms", "tpot_ms")}
     base = _base(entry) | {"measured": measured}
     return Case(cluster=_cluster(entry), engine=engine, deployment=deployment, workload=workload, **base)
@@ -262,7 +274,7 @@ def _special(entry: _Entry, engine: str, kind: str, params: dict[str, Any], metr
 def _offline(entry: _Entry, engine: str) -> Case:
     """Max-throughput runs: output tokens/s per GPU per ISL/OSL pair (figures named ..._<isl>_<osl>), or at a
     stated concurrency and per-rank batch."""
-    model = load_model(entry.raw["model"])
+    model = load_model(entry.text("model"))
     layout, work = entry.section("layout"), entry.section("workload")
     if "speculative" in layout:
         raise ParplanError("speculative decoding with an acceptance the source does not state")
@@ -325,7 +337,7 @@ def _profile(entry: _Entry, engine: str) -> Case:
 def _phase(entry: _Entry, engine: str) -> Case:
     """SGLang / DeepSeek EP phases: prefill throughput at a stated prompt length and tokens per GPU, decode
     throughput at a stated batch per GPU and context."""
-    model = load_model(entry.raw["model"])
+    model = load_model(entry.text("model"))
     work, layout = entry.section("workload"), entry.section("layout")
     ep = _int(layout, "layout", "moe_ep", 1)
     redundant = 32 if "redundant" in str(layout.get("eplb", "")) and model.moe else 0
@@ -397,6 +409,8 @@ def read_published_yaml(path: str | Path) -> list[Case]:
     for index, raw in enumerate(data, start=1):
         entry = _Entry(raw, file, index)
         kind = entry.text("kind")
+        if "launch" in entry.raw and kind not in LAUNCHED_KINDS:
+            raise entry.error("launch", f"launch settings apply to {', '.join(LAUNCHED_KINDS)} entries only")
         base = _base(entry)
         try:
             if any("unit_ambiguous" in k for k in base["measured"]):
