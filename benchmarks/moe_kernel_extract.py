@@ -41,9 +41,9 @@ def rows(root: Path) -> list[dict[str, object]]:
 
     shapes = {}
     for name in MODELS:
-        moe = load_model(name).moe
-        assert moe is not None
-        shapes[(load_model(name).hidden, moe.expert_ffn, moe.top_k, moe.experts)] = name
+        model = load_model(name)
+        assert model.moe is not None
+        shapes[(model.hidden, model.moe.expert_ffn, model.moe.top_k, model.moe.experts)] = name
     kept: dict[tuple, list[float]] = collections.defaultdict(list)
     for system, cluster in SYSTEMS.items():
         if not (root / system).is_dir():

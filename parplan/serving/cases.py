@@ -17,6 +17,7 @@ import dataclasses
 import io
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,15 +152,14 @@ ROLE_COLUMNS = ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp
 
 
 class Row:
-    """Typed access to one CSV row; errors name the file, the row (1 = first data row) and the column. A
-    mapping of another file reads the same way: `where` names it in the errors ('entry 'x''), and `prefix`
-    leads its field names ('launch.')."""
+    """Typed access to one CSV row; errors name the file, the row (`where`: 'row 3', 1 = first data row) and the
+    column. A mapping of another file reads the same way: `where` names it ('entry 'x''), and `prefix` leads its
+    field names ('launch.')."""
 
-    def __init__(self, data: dict[str, str], file: str, number: int, *, where: str | None = None,
-                 prefix: str = "") -> None:
+    def __init__(self, data: dict[str, str], file: str, where: str, prefix: str = "") -> None:
         self.data = data
         self.file = file
-        self.where = where or f"row {number}"
+        self.where = where
         self.prefix = prefix
 
     def error(self, column: str, why: str) -> ConfigError:
@@ -281,21 +281,49 @@ def launch_settings(row: Row) -> dict[str, Any]:
             "recv_interval": recv}
 
 
-def deployment_settings(launch: dict[str, Any], overlap: bool | None) -> dict[str, Any]:
-    """Deployment's launch fields common to both modes, from launch_settings, with the overlap scheduler the
-    reader decided (the launch's, else its default). The token budget, the cap on running requests, the KV-cache
-    format and speculative decoding depend on the mode or the file and stay with the reader."""
-    return dict(overlap_scheduler=overlap, memory_fraction=launch["memory_fraction"], batch_wait=launch["batch_wait"],
-                dp_balance=launch["dp_balance"], cuda_graph_max_batch=launch["cuda_graph_max_batch"],
-                recv_interval=launch["recv_interval"])
+LaunchError = Callable[[str, str], ConfigError]
+"""How a reader names a bad launch setting: its field (a CSV column; a published entry's `launch.` key) and why."""
 
 
-def check_drafts(launch: dict[str, Any]) -> None:
-    """Refuse a deployment that drafted tokens (launch_settings' mtp) at an acceptance it does not record."""
+def launched_deployment(engine: str, precision: Precision, launch: dict[str, Any], overlap: bool | None,
+                        chunk: int | None, error: LaunchError, *, pool: Pool | None = None,
+                        prefill: Pool | None = None, decode: Pool | None = None) -> Deployment:
+    """The deployment a row or a published entry describes, with its launch_settings: aggregated over `pool`, else
+    disaggregated over `prefill` and `decode` (whose decode batch a file states per role, so a cap on running
+    requests is an error there); `overlap` and `chunk` as the reader decided them (the launch's, else its
+    default)."""
+    settings = dict(overlap_scheduler=overlap, memory_fraction=launch["memory_fraction"],
+                    batch_wait=launch["batch_wait"], dp_balance=launch["dp_balance"],
+                    cuda_graph_max_batch=launch["cuda_graph_max_batch"], recv_interval=launch["recv_interval"],
+                    chunk_tokens=chunk)
+    if pool is None:
+        if launch["max_running"] is not None:
+            raise error("max_running", "applies to an aggregated deployment (a disaggregated one states its decode "
+                                       "batch per role)")
+        return Deployment(engine=engine, precision=precision, mode="disaggregated", prefill=prefill, decode=decode,
+                          **settings)
+    if launch["max_running"] is not None:
+        pool = dataclasses.replace(pool, batch=launch["max_running"])
+    return Deployment(engine=engine, precision=precision, mode="aggregated", pool=pool, **settings)
+
+
+def launched_workload(isl: int, osl: int, concurrency: int, range_ratio: float, launch: dict[str, Any],
+                      error: LaunchError, ratio_field: str) -> Workload:
+    """The closed loop a row or a published entry measured, with its speculative decoding (launch_settings) and
+    the client's length draw (`range_ratio`, named `ratio_field` in the errors). A deployment that drafted tokens
+    at an acceptance it does not record is refused: the acceptance sets its TPOT."""
     if launch["mtp"] and launch["acceptance"] is None:
         drafts = f"{launch['mtp']} token{'s' if launch['mtp'] > 1 else ''} drafted a step"
         raise ParplanError(f"ran with speculative decoding ({drafts}) at an acceptance rate it does not "
                            "record (mtp_acceptance), which sets its TPOT")
+    try:  # the ranges are the workload's own rules, named here with the row or entry
+        return Workload(isl=isl, osl=osl, concurrency=concurrency, mtp=launch["mtp"],
+                        acceptance=launch["acceptance"] or 0.0, range_ratio=range_ratio)
+    except ConfigError as e:
+        fields = {"mtp": "mtp", "acceptance": "mtp_acceptance", "range_ratio": ratio_field}
+        if e.field not in fields:
+            raise
+        raise error(fields[e.field], e.rule) from None
 
 
 def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
@@ -315,7 +343,7 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
             raise ConfigError("required column is missing", file=file, field=column)
     cases = []
     for number, data in enumerate(records, start=1):
-        row = Row(data, file, number)
+        row = Row(data, file, f"row {number}")
         engine = row.choice("backend", ENGINE_NAMES)
         mode = row.choice("mode", MODE_NAMES)
         isl, osl = row.int("isl", minimum=1), row.int("osl", minimum=1)
@@ -338,23 +366,14 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
             kv = launch["kv_cache_dtype"] or load_engine(engine).default_kv_dtype(moe_q if model.moe else gemm)
             precision = Precision(gemm=gemm, moe=moe_q, kv_cache=kv)
             overlap = launch["overlap_scheduler"]
-            # The launch settings of either mode (Deployment's fields; the budget of an aggregated row below).
             generated = GENERATED_SOURCE in row.text("silicon_data_source")
             if overlap is None and generated:
                 overlap = MEASURED_OVERLAP.get(engine)
-            settings = deployment_settings(launch, overlap)
             if mode == "aggregated":
-                pool = _pool(row, "", moe=model.moe is not None)
-                if launch["max_running"] is not None:
-                    pool = dataclasses.replace(pool, batch=launch["max_running"])
-                deployment = Deployment(engine=engine, precision=precision, mode=mode, pool=pool,
-                                        chunk_tokens=launch["chunk_tokens"] or (
-                                            _measured_budget(row, engine, isl) if generated else None),
-                                        **settings)
+                chunk = launch["chunk_tokens"] or (_measured_budget(row, engine, isl) if generated else None)
+                deployment = launched_deployment(engine, precision, launch, overlap, chunk, row.error,
+                                                 pool=_pool(row, "", moe=model.moe is not None))
             else:
-                if launch["max_running"] is not None:
-                    raise row.error("max_running", "applies to an aggregated row (a disaggregated row states "
-                                                   "decode_batch_size)")
                 if row.text(WORKERS_COLUMN):
                     raise row.error(WORKERS_COLUMN, "applies to an aggregated row (a disaggregated row states "
                                                     "prefill_num_workers and decode_num_workers)")
@@ -362,24 +381,16 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
                     for column in ROLE_COLUMNS:
                         if role + column not in columns:
                             raise ConfigError("required column is missing", file=file, field=role + column)
-                prefill = _pool(row, "prefill_", moe=model.moe is not None)
-                decode = _pool(row, "decode_", moe=model.moe is not None)
-                deployment = Deployment(engine=engine, precision=precision, mode=mode, prefill=prefill,
-                                        decode=decode, chunk_tokens=launch["chunk_tokens"], **settings)
+                deployment = launched_deployment(engine, precision, launch, overlap, launch["chunk_tokens"],
+                                                 row.error, prefill=_pool(row, "prefill_", moe=model.moe is not None),
+                                                 decode=_pool(row, "decode_", moe=model.moe is not None))
             concurrency = _concurrency(row)
             if concurrency is None:
                 raise ParplanError("the concurrency it was measured at is not recorded (silicon_concurrency=N in "
                                    "silicon_data_source): TTFT depends on it")
-            check_drafts(launch)
             ratio = row.finite("range_ratio")
-            try:  # the ranges are the workload's own rules, named here with the row
-                workload = Workload(isl=isl, osl=osl, concurrency=concurrency, mtp=launch["mtp"],
-                                    acceptance=launch["acceptance"] or 0.0,
-                                    range_ratio=1.0 if ratio is None else ratio)
-            except ConfigError as e:
-                if e.field not in ("mtp", "acceptance", "range_ratio"):
-                    raise
-                raise row.error({"acceptance": "mtp_acceptance"}.get(e.field, e.field), e.rule) from None
+            workload = launched_workload(isl, osl, concurrency, 1.0 if ratio is None else ratio, launch, row.error,
+                                         "range_ratio")
             cases.append(Case(deployment=deployment, workload=workload, **base))
         except ConfigError as e:
             if e.file:  # the file itself is malformed

@@ -45,14 +45,14 @@ from parplan.serving.cases import (
     SYSTEMS,
     Case,
     Row,
-    check_drafts,
-    deployment_settings,
     launch_settings,
+    launched_deployment,
+    launched_workload,
 )
 from parplan.serving.engines import Engine, load_engine
 from parplan.serving.evaluate import Traffic, evaluate_aggregated
 from parplan.serving.layout import PoolArrays
-from parplan.serving.spec import Deployment, Pool, Precision, Workload
+from parplan.serving.spec import Deployment, Pool, Precision
 from parplan.serving.step import StepModel
 
 ENGINE_WORDS = (("sglang", "sglang"), ("tensorrt", "trtllm"), ("trtllm", "trtllm"), ("vllm", "vllm"))
@@ -210,7 +210,7 @@ def _launch(entry: _Entry) -> dict[str, Any]:
     # The CSV reader's cells are text (its flags take any case, so YAML's booleans read as written); a null is an
     # empty cell, a setting left out.
     cells = {str(k): "" if v is None else str(v) for k, v in section.items()}
-    return launch_settings(Row(cells, entry.file, 0, where=f"entry {entry.id!r}", prefix="launch."))
+    return launch_settings(Row(cells, entry.file, f"entry {entry.id!r}", prefix="launch."))
 
 
 def _closed_loop(entry: _Entry, engine: str) -> Case:
@@ -230,32 +230,22 @@ def _closed_loop(entry: _Entry, engine: str) -> Case:
     moe = model.moe is not None
     # Where the entry does not say, aiconfigurator's generated configs (its curated rows' default).
     overlap = MEASURED_OVERLAP.get(engine) if launch["overlap_scheduler"] is None else launch["overlap_scheduler"]
-    settings = deployment_settings(launch, overlap) | {"chunk_tokens": launch["chunk_tokens"]}
+
+    def error(field: str, why: str) -> ConfigError:
+        return entry.error(field if field.startswith("workload.") else f"launch.{field}", why)
+
     if "prefill" in layout:
-        if launch["max_running"] is not None:
-            raise entry.error("launch.max_running", "applies to an aggregated deployment")
-        deployment = Deployment(engine=engine, precision=precision, mode="disaggregated",
-                                prefill=_pool(entry, layout["prefill"], "layout.prefill", moe),
-                                decode=_pool(entry, layout["decode"], "layout.decode", moe), **settings)
+        deployment = launched_deployment(engine, precision, launch, overlap, launch["chunk_tokens"], error,
+                                         prefill=_pool(entry, layout["prefill"], "layout.prefill", moe),
+                                         decode=_pool(entry, layout["decode"], "layout.decode", moe))
     else:
-        pool = _pool(entry, layout, "layout", moe)
-        if launch["max_running"] is not None:
-            pool = dataclasses.replace(pool, batch=launch["max_running"])
-        deployment = Deployment(engine=engine, precision=precision, pool=pool, **settings)
-    check_drafts(launch)
-    ratio = work.get("range_ratio", 1.0)
-    try:  # the ranges are the workload's own rules, named here with the entry
-        workload = Workload(isl=int(_number(entry, "workload", "isl", work.get("isl"), integer=True)),
-                            osl=int(_number(entry, "workload", "osl", work.get("osl"), integer=True)),
-                            concurrency=int(_number(entry, "workload", "concurrency", work.get("concurrency"),
-                                                    integer=True)),
-                            mtp=launch["mtp"], acceptance=launch["acceptance"] or 0.0,
-                            range_ratio=_number(entry, "workload", "range_ratio", ratio, most=1.0))
-    except ConfigError as e:
-        where = {"mtp": "launch.mtp", "acceptance": "launch.mtp_acceptance", "range_ratio": "workload.range_ratio"}
-        if e.field not in where:
-            raise
-        raise entry.error(where[e.field], e.rule) from None
+        deployment = launched_deployment(engine, precision, launch, overlap, launch["chunk_tokens"], error,
+                                         pool=_pool(entry, layout, "layout", moe))
+    workload = launched_workload(int(_number(entry, "workload", "isl", work.get("isl"), integer=True)),
+                                 int(_number(entry, "workload", "osl", work.get("osl"), integer=True)),
+                                 int(_number(entry, "workload", "concurrency", work.get("concurrency"), integer=True)),
+                                 _number(entry, "workload", "range_ratio", work.get("range_ratio", 1.0), most=1.0),
+                                 launch, error, "workload.range_ratio")
     measured = {k: v for k, v in _measured(entry).items() if k in ("ttft_ms", "tpot_ms")}
     base = _base(entry) | {"measured": measured}
     return Case(cluster=_cluster(entry), engine=engine, deployment=deployment, workload=workload, **base)
