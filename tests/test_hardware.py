@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import collections
+import csv
+import statistics
+
 import numpy as np
 import pytest
 
+from parplan._resources import data_dir
 from parplan.errors import ConfigError, UnknownPresetError
 from parplan.hardware import (
     Collective,
@@ -50,6 +55,38 @@ def test_gemm_curve_reproduces_the_best_measured_gemm():
         assert gemm_efficiency(gpu, *gpu.gemm_best_shape) == pytest.approx(fraction, rel=1e-3)
         big = gemm_efficiency(gpu, np.array([8192, 16384]), np.array([8192, 16384]), np.array([8192, 16384]))
         assert (big <= fraction + 1e-12).all()
+
+
+def _collectors_best() -> dict[tuple[str, str], float]:
+    """Median over aiconfigurator's engine collectors of their best GEMM, TFLOP/s, by (GPU system, type)
+    (data/hardware/gemm_best.csv; data/hardware/SOURCES.md)."""
+    best = collections.defaultdict(list)
+    with open(data_dir("hardware") / "gemm_best.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            best[(row["system"], row["dtype"])].append(float(row["best_tflops"]))
+    return {key: statistics.median(values) for key, values in best.items()}
+
+
+@pytest.mark.parametrize(("system", "preset", "dtypes"), [
+    ("b200_sxm", "b200", ("fp4",)), ("gb200", "gb200-nvl72", ("fp4",)),
+    ("b300_sxm", "b300", ("bf16", "fp8", "fp4")), ("gb300", "gb300-nvl72", ("bf16", "fp8", "fp4"))])
+def test_gemm_ceilings_mamf_did_not_measure_are_the_collectors_best(system, preset, dtypes):
+    """Where MAMF measured no GEMM (fp4 on Blackwell; B300 and GB300 at all), the preset's ceiling is the engine
+    collectors' median best over the datasheet peak, e.g. B200 NVFP4: 4,943.6 / 9,000 = 0.549; B300 bf16 1,903.1 /
+    2,250 = 0.846 (data/hardware/gemm_best.csv, aiconfigurator @095f58a)."""
+    gpu = load_cluster(preset).gpu
+    best = _collectors_best()
+    for dtype in dtypes:
+        assert gpu.gemm_peak_fraction[dtype] == pytest.approx(best[(system, dtype)] / gpu.peak_tflops[dtype], abs=5e-4)
+
+
+@pytest.mark.parametrize(("system", "mamf"), [
+    ("b200_sxm", 1745.0), ("gb200", 1822.0), ("h100_sxm", 794.5), ("h200_sxm", 794.5)])
+def test_the_collectors_best_is_mamf_s_statistic(system, mamf):
+    """The collectors' median best bf16 GEMM lies within 10% of MAMF's maximum achievable matmul FLOP/s where both
+    measured (ml-engineering MAMF table: B200 1745, GB200 1822, H100 794.5 TFLOP/s, H200 as H100), so it stands in
+    for MAMF where MAMF has no figure (1707, 1949, 861 and 852 TFLOP/s)."""
+    assert _collectors_best()[(system, "bf16")] == pytest.approx(mamf, rel=0.10)
 
 
 @pytest.mark.parametrize(("shape", "measured"), [

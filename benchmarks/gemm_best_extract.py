@@ -1,0 +1,60 @@
+"""Rebuild data/hardware/gemm_best.csv from aiconfigurator's kernel database.
+
+    pip install pyarrow      # not a parplan dependency: only this script reads parquet
+    python benchmarks/gemm_best_extract.py AICONFIGURATOR_CHECKOUT > parplan/data/hardware/gemm_best.csv
+
+Reads `aic-core/src/aiconfigurator_core/systems/data/<gpu>/gemm/<engine>/<version>/gemm_perf.parquet` of a checkout
+(ai-dynamo/aiconfigurator @ 095f58a for the shipped file): dense GEMMs timed by each engine's collector (its own
+GEMM op, activation quantisation included) over a grid of m, n, k. Keeps, per GPU system of cases.SYSTEMS, engine
+version and GEMM type, the best throughput over the grid and the shape it was reached at: the statistic MAMF
+reports (the maximum achievable matmul FLOP/s over many shapes), which the presets' gemm_peak_fraction is.
+Repeated configurations keep their fastest sample. Seconds.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+from parplan.serving.cases import SYSTEMS
+
+DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "nvfp4": "fp4"}
+"""aiconfigurator's GEMM types -> parplan's: fp8 is per-tensor scaled (its fp8_block, DeepGEMM's 128x128 blocks, is
+left out: the collectors put the same kernel 0.12-0.40 of the peak apart), fp4 is NVFP4."""
+COLUMNS = ("system", "dtype", "engine", "version", "best_tflops", "m", "n", "k")
+
+
+def rows(root: Path) -> list[dict[str, object]]:
+    import pyarrow.parquet as pq  # optional: see the module docstring
+
+    out = []
+    for system in sorted(SYSTEMS):
+        for path in sorted((root / system / "gemm").glob("*/*/gemm_perf.parquet")):
+            engine, version = path.parent.parent.name, path.parent.name
+            best: dict[str, tuple[float, int, int, int]] = {}
+            for r in pq.read_table(path).to_pylist():
+                dtype = DTYPES.get(r["gemm_dtype"])
+                if dtype is None or not r["latency"] > 0:
+                    continue
+                m, n, k = int(r["m"]), int(r["n"]), int(r["k"])
+                tflops = 2.0 * m * n * k / (float(r["latency"]) * 1e-3) / 1e12
+                if tflops > best.get(dtype, (0.0,))[0]:
+                    best[dtype] = (tflops, m, n, k)
+            for dtype, (tflops, m, n, k) in sorted(best.items()):
+                out.append({"system": system, "dtype": dtype, "engine": engine, "version": version,
+                            "best_tflops": round(tflops, 1), "m": m, "n": n, "k": k})
+    return out
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    root = Path(sys.argv[1]) / "aic-core" / "src" / "aiconfigurator_core" / "systems" / "data"
+    writer = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows(root))
+
+
+if __name__ == "__main__":
+    main()
