@@ -27,6 +27,8 @@ def main() -> None:
     parser.add_argument("--logo", default="model,system", help="tags to hold out one value of at a time ('' = none)")
     parser.add_argument("--logo-evaluations", type=int, default=40)
     args = parser.parse_args()
+    if args.evaluations < 1 or args.logo_evaluations < 1:
+        parser.error("--evaluations and --logo-evaluations: at least 1 (Powell's method needs one evaluation)")
     names = [k for k in args.knobs.split(",") if k]
     if not names or set(names) - set(FITTED):
         parser.error(f"--knobs: one or more of {', '.join(FITTED)}")
