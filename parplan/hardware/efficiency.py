@@ -58,8 +58,9 @@ def _kernel_time(gpu: GPUSpec, m: np.ndarray, n: np.ndarray, k: np.ndarray, coun
 
 
 SMALL_TILE_RATE = 0.9
-"""Throughput of a half-width square tile relative to the large tile: it loads a third more operand bytes
-per FLOP ((tm+tn)/(tm·tn)), an estimate; the kernel library falls back to it when it quantises better."""
+"""Throughput of the half-width square tile relative to the large tile: per SM it loads a third more operand bytes
+per FLOP ((tm+tn)/(tm·tn): 128x128 against Hopper's 128x256, and against the 128x256 each SM of Blackwell's 2-SM
+256x256 tile computes), an estimate; the kernel library falls back to it when it quantises better."""
 
 
 SKINNY_TILE_ROWS = 16
@@ -73,10 +74,11 @@ which HBM traffic bounds anyway."""
 
 
 def _tile_candidates(gpu: GPUSpec) -> list[tuple[tuple[int, int], float]]:
-    """Tile shapes a GEMM library chooses from: both orientations of the large tile, a square one, and a skinny
-    one for a few rows (decode steps)."""
+    """Tile shapes a GEMM library chooses from: both orientations of the large tile, a square one half its long
+    side (128x128 beside Hopper's 128x256 and Blackwell's 256x256: cuBLAS and CUTLASS sm100 keep 1-SM 128-row
+    tiles beside the 2-SM ones), and a skinny one for a few rows (decode steps)."""
     tm, tn = gpu.gemm_tile
-    small = min(tm, tn)
+    small = max(tm, tn) // 2
     return [((tm, tn), 1.0), ((tn, tm), 1.0), ((small, small), SMALL_TILE_RATE),
             ((SKINNY_TILE_ROWS, max(tm, tn)), SKINNY_TILE_RATE)]
 
