@@ -60,7 +60,8 @@ def _kernel_time(gpu: GPUSpec, m: np.ndarray, n: np.ndarray, k: np.ndarray, coun
 SMALL_TILE_RATE = 0.9
 """Throughput of the half-width square tile relative to the large tile: per SM it loads a third more operand bytes
 per FLOP ((tm+tn)/(tm·tn): 128x128 against Hopper's 128x256, and against the 128x256 each SM of Blackwell's 2-SM
-256x256 tile computes), an estimate; the kernel library falls back to it when it quantises better."""
+256x256 tile computes), an estimate; the kernel library falls back to it when it quantises better. MI300X's 256x256
+tile is one CU's, so its half tile loads twice the bytes per FLOP; the same rate is assumed there (unmeasured)."""
 
 
 SKINNY_TILE_ROWS = 16
@@ -88,15 +89,15 @@ PRIOR_GEMM_FRACTION = 0.75
 
 
 def gemm_ceiling(gpu: GPUSpec, dtype: str) -> float:
-    """Best measured GEMM throughput / peak of `dtype` on `gpu` (MAMF, GPUSpec.gemm_peak_fraction): the dtype's,
-    else bf16's, else PRIOR_GEMM_FRACTION."""
+    """Best measured GEMM throughput / peak of `dtype` on `gpu` (GPUSpec.gemm_peak_fraction: MAMF's, or derived from
+    the engines' collectors where MAMF has none): the dtype's, else bf16's, else PRIOR_GEMM_FRACTION."""
     return gpu.gemm_peak_fraction.get(dtype, gpu.gemm_peak_fraction.get("bf16", PRIOR_GEMM_FRACTION))
 
 
 def _steady_rate(gpu: GPUSpec, dtype: str, ceiling: float | None = None) -> tuple[float, float]:
     """(per-SM steady-state FLOP/s, ceiling fraction) backed out of the best measured GEMM.
 
-    The MAMF measurement (ml-engineering) reports `fraction` of peak at `gemm_best_shape`; solve for the
+    The best measured GEMM (GPUSpec.gemm_peak_fraction) reaches `fraction` of peak at `gemm_best_shape`; solve for the
     per-SM rate at which the tile model reproduces that time (fixed point; converges in a few passes). A
     `ceiling` replaces that fraction for kernels measured slower than dense GEMMs (Engine.moe_gemm_fraction).
     """

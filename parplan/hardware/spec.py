@@ -51,7 +51,7 @@ class GPUSpec:
     """Fraction of hbm_tbps that memory-bound kernels reach."""
     gemm_peak_fraction: dict[str, float] = field(default_factory=dict)
     """Best measured GEMM throughput / peak per dtype, reached at `gemm_best_shape`: MAMF's (ml-engineering), or
-    where it measured none the median of the serving engines' collectors' best (data/hardware/SOURCES.md)."""
+    where it measured none a figure from the serving engines' collectors' best GEMMs (data/hardware/SOURCES.md)."""
     gemm_best_shape: tuple[int, int, int] = (4096, 4096, 4096)
     """M, N, K at which gemm_peak_fraction was measured; the curve's ceiling is backed out of it."""
     gemm_tile: tuple[int, int] = (128, 256)
