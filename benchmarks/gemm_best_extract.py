@@ -13,9 +13,9 @@ maximum achievable matmul FLOP/s over many shapes). A table counts only where it
 
 from __future__ import annotations
 
-import csv
-import sys
 from pathlib import Path
+
+from _aiconfigurator import rebuild  # benchmarks/, beside this script
 
 DEVICES = {"b200_sxm": "NVIDIA B200", "b300_sxm": "NVIDIA B300", "gb200": "NVIDIA GB200", "gb300": "NVIDIA GB300",
            "h100_sxm": "NVIDIA H100", "h200_sxm": "NVIDIA H200"}
@@ -58,12 +58,7 @@ def rows(root: Path) -> list[dict[str, object]]:
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    root = Path(sys.argv[1]) / "aic-core" / "src" / "aiconfigurator_core" / "systems" / "data"
-    writer = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows(root))
+    rebuild("gemm_best_extract.py", COLUMNS, rows)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ averaged. Seconds.
 from __future__ import annotations
 
 import collections
-import csv
-import sys
 from pathlib import Path
+
+from _aiconfigurator import rebuild  # benchmarks/, beside this script
 
 from parplan.hardware.presets import load_cluster
 from parplan.models import load_model
@@ -70,14 +70,7 @@ def rows(root: Path) -> list[dict[str, object]]:
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        sys.exit("usage: python benchmarks/moe_kernel_extract.py AICONFIGURATOR_CHECKOUT")
-    root = Path(sys.argv[1]) / "aic-core/src/aiconfigurator_core/systems/data"
-    if not root.is_dir():
-        sys.exit(f"no kernel database under {root}")
-    writer = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows(root))
+    rebuild("moe_kernel_extract.py", COLUMNS, rows)
 
 
 if __name__ == "__main__":
