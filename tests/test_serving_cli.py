@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from parplan.serving.cases import LAUNCH_COLUMNS
+from parplan.serving.cases import LAUNCH_COLUMNS, POOL_COLUMNS
 from parplan.serving.validate import shipped_files
 
 HEADER = ("id,silicon_data_source,backend,backend_version,model_path,system,precision,mode,isl,osl,"
@@ -120,11 +120,16 @@ def test_validate_serving_shipped_data(run_json):
     drafted = {row["id"] for row in shipped if row["mtp"] and not row.get("mtp_acceptance")}
     refused = {r["id"]: r["error"] for r in measured if r["error"] is not None}
     assert all(refused.values())
-    # The 61 rows that ran InferenceX's MTP configurations record no acceptance, which sets TPOT: they are refused
-    # (data/serving/SOURCES.md rule 3); every other refusal counts against issue #14's >= 95% of the rows predicted.
-    assert len(drafted) == 61
+    # The 69 rows that ran InferenceX's MTP configurations record no acceptance, which sets TPOT: they are refused
+    # (data/serving/SOURCES.md rules 3 and 8); every other refusal counts against issue #14's >= 95% of the rows
+    # predicted.
+    assert len(drafted) == 69
     assert {i for i, why in refused.items() if "speculative decoding" in why} == drafted
     assert len(refused.keys() - drafted) / len(measured) <= 0.05
+    # Every aggregated MoE layout keeps aiconfigurator's tp·attention_dp = moe_tp·moe_ep (rule 9 filled the blank
+    # attention DP of 10 rows), and every row's tp divides its heads (rule 8 rewrote 33 rows recorded with tp = all
+    # GPUs of a disaggregated deployment)
+    assert not any("must equal the tp·dp" in why or "must divide the" in why for why in refused.values())
     sample = next(r for r in measured if r["error"] is None)
     assert set(sample["metrics"]) == {"ttft_ms", "tpot_ms"}
     assert set(sample["metrics"]["ttft_ms"]) == {"measured", "predicted"}
@@ -277,6 +282,27 @@ def test_workers_column_shares_the_concurrency(run_cli, run_json, tmp_path):
                                                                     "aggregated row")):
         code, _, err = run_cli("validate", "--serving", _write(tmp_path, HEADER + ",num_workers\n" + row + "\n"))
         assert code == 1 and message in err and "Traceback" not in err
+
+
+def test_pool_columns_reach_each_role(run_cli, run_json, tmp_path):
+    """A disaggregated row may say how each pool's MoE layers ran (POOL_COLUMNS, per role): SGLang's
+    --ep-num-redundant-experts 32 over DEP48 puts (256 + 32) / 48 = 6 experts on each GPU, where 256 alone does not
+    divide (the GB200 rows of SOURCES.md rule 8), and --moe-a2a-backend deepep. Without the column the row is
+    refused with the reason; an unknown backend is a file error naming its column."""
+    from parplan.serving.cases import read_measured_csv
+
+    row = ("g1,silicon_concurrency=4096,sglang,,deepseek-ai/DeepSeek-R1,gb200,fp8,disagg,1024,1024,fp8,fp8_block,"
+           ",,,,,,1,3,1,1,8,1,8,86,1,1,1,48,1,48,4358.0,30.0")
+    header = HEADER + "".join(f",{role}_{column}" for role in ("prefill", "decode") for column in POOL_COLUMNS) + "\n"
+    pooled, bare = read_measured_csv("rows.csv", header + row + ",32,deepep,32,deepep\n" + row + ",,,,\n")
+    assert (pooled.deployment.prefill.redundant_experts, pooled.deployment.prefill.a2a) == (32, "deepep")
+    assert (pooled.deployment.decode.redundant_experts, pooled.deployment.decode.a2a) == (32, "deepep")
+    assert bare.deployment.decode.redundant_experts == 0 and bare.deployment.decode.a2a == "auto"
+    predicted, refused = run_json("validate", "--serving", _write(
+        tmp_path, header + row + ",32,deepep,32,deepep\n" + row + ",,,,\n"))["rows"]
+    assert predicted["error"] is None and "moe_ep 48 must divide the 256 experts" in refused["error"]
+    code, _, err = run_cli("validate", "--serving", _write(tmp_path, header + row + ",32,nccl,32,deepep\n"))
+    assert code == 1 and "field 'prefill_a2a': row 1: unknown value 'nccl'" in err and "Traceback" not in err
 
 
 def test_unmodellable_rows_are_refused_with_a_reason(run_json, tmp_path):

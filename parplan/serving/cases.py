@@ -24,7 +24,7 @@ from typing import Any
 
 from parplan._input import read_text
 from parplan.errors import ConfigError, ParplanError
-from parplan.names import KV_DTYPES
+from parplan.names import A2A_BACKENDS, KV_DTYPES
 from parplan.serving.engines import load_engine
 from parplan.serving.spec import (
     BatchWait,
@@ -110,6 +110,13 @@ CLIENT_COLUMNS = ("range_ratio",)
 request's input and output lengths drawn uniformly from [⌊ratio·isl⌋, isl] and [⌊ratio·osl⌋, osl]
 (Workload.range_ratio, benchmark_serving.py --random-range-ratio); empty: every request has isl and osl tokens,
 as aiperf's fixed lengths do."""
+
+POOL_COLUMNS = ("redundant_experts", "a2a")
+"""Optional columns, per role like the layout's (prefill_redundant_experts, decode_a2a, ...): how a pool's MoE layers
+were launched, where the file knows it. redundant_experts: EPLB's extra expert replicas (Pool.redundant_experts;
+SGLang --ep-num-redundant-experts, TensorRT-LLM's EPLB slots beyond the experts); a2a: the MoE token exchange under
+attention DP (Pool.a2a: allgather, alltoall, deepep; SGLang --moe-a2a-backend deepep); empty: none, and the
+engine's default exchange."""
 
 WORKERS_COLUMN = "num_workers"
 """Optional column: the workers of an aggregated row (replicas of its layout behind a router, which splits the
@@ -238,7 +245,10 @@ def _pool(row: Row, prefix: str, *, moe: bool) -> Pool:
         moe_tp, moe_ep = None, 1
     n = row.int(prefix + "num_workers", minimum=1) or 1
     row.int(prefix + "batch_size", minimum=1)  # checked; only the token budget reads it (_measured_budget)
-    return Pool(tp=tp, pp=pp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep or 1, workers=n)
+    a2a = row.text(prefix + "a2a")
+    return Pool(tp=tp, pp=pp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep or 1, workers=n,
+                redundant_experts=row.int(prefix + "redundant_experts") or 0,
+                a2a=row.choice(prefix + "a2a", {b: b for b in A2A_BACKENDS}) if a2a else "auto")
 
 
 def _measured_budget(row: Row, engine: str, isl: int) -> int | None:
