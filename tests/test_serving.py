@@ -966,6 +966,29 @@ def test_disaggregated_rows_of_the_db_dump_fill_their_decode_ranks():
         assert int(r["decode_batch_size"]) * ranks == concurrency, r["id"]
 
 
+def test_gb200_sweeps_spread_their_concurrency_over_the_decode_ranks():
+    """The 33 GB200 Dynamo sweeps SOURCES.md rule 8 read as disaggregated state their decode batch as the file's
+    other disaggregated rows do, the concurrency over decode workers x attention-DP ranks, rounded up where it does
+    not divide (1,075 over DEP16: 68), and their GPUs add up to the count the export recorded as tp (in the id):
+    4 GPUs a context tray plus the generation servers for TensorRT-LLM (36 = 4 + 4 x 8), 72 for SGLang."""
+    import csv
+    import math
+    import re
+
+    from parplan.serving.validate import shipped_files
+
+    with shipped_files()[0].open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["id"].startswith("2026_04_06_deepseek_r1_gb200")]
+    assert len(rows) == 33 and {r["mode"] for r in rows} == {"disagg"}
+    for r in rows:
+        concurrency = int(re.search(r"silicon_concurrency=(\d+)", r["silicon_data_source"]).group(1))
+        ranks = {role: int(r[f"{role}_num_workers"]) * int(r[f"{role}_tp_size"]) * int(r[f"{role}_attention_dp_size"])
+                 for role in ("prefill", "decode")}
+        decode_ranks = int(r["decode_num_workers"]) * int(r["decode_attention_dp_size"])
+        assert int(r["decode_batch_size"]) == math.ceil(concurrency / decode_ranks), r["id"]
+        assert sum(ranks.values()) == int(re.search(r"_tp(\d+)_", r["id"]).group(1)), r["id"]
+
+
 def test_a_disaggregated_prefill_pool_runs_without_the_overlap_scheduler():
     """Every public recipe of a disaggregated TensorRT-LLM deployment disables the overlap scheduler on its prefill
     workers and leaves it on for decode (srt-slurm recipes/trtllm @75f6e32a: 297 of 297 prefill sections;

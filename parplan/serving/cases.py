@@ -24,6 +24,7 @@ from typing import Any
 
 from parplan._input import read_text
 from parplan.errors import ConfigError, ParplanError
+from parplan.limits import MAX_GPUS
 from parplan.names import A2A_BACKENDS, KV_DTYPES
 from parplan.serving.engines import load_engine
 from parplan.serving.spec import (
@@ -112,11 +113,12 @@ request's input and output lengths drawn uniformly from [⌊ratio·isl⌋, isl] 
 as aiperf's fixed lengths do."""
 
 POOL_COLUMNS = ("redundant_experts", "a2a")
-"""Optional columns, per role like the layout's (prefill_redundant_experts, decode_a2a, ...): how a pool's MoE layers
-were launched, where the file knows it. redundant_experts: EPLB's extra expert replicas (Pool.redundant_experts;
-SGLang --ep-num-redundant-experts, TensorRT-LLM's EPLB slots beyond the experts); a2a: the MoE token exchange under
-attention DP (Pool.a2a: allgather, alltoall, deepep; SGLang --moe-a2a-backend deepep); empty: none, and the
-engine's default exchange."""
+"""Optional columns, named as the layout's are: unprefixed for an aggregated row's pool, prefill_ and decode_ for a
+disaggregated row's (prefill_redundant_experts, decode_a2a, ...): how a pool's MoE layers were launched, where the
+file knows it. redundant_experts: EPLB's extra expert replicas (Pool.redundant_experts; SGLang
+--ep-num-redundant-experts, TensorRT-LLM's EPLB slots beyond the experts); a2a: the MoE token exchange under
+attention DP (Pool.a2a: auto, allgather, alltoall, deepep; SGLang --moe-a2a-backend deepep). Empty: no redundant
+experts, and `auto`, the engine's default exchange."""
 
 WORKERS_COLUMN = "num_workers"
 """Optional column: the workers of an aggregated row (replicas of its layout behind a router, which splits the
@@ -245,10 +247,12 @@ def _pool(row: Row, prefix: str, *, moe: bool) -> Pool:
         moe_tp, moe_ep = None, 1
     n = row.int(prefix + "num_workers", minimum=1) or 1
     row.int(prefix + "batch_size", minimum=1)  # checked; only the token budget reads it (_measured_budget)
-    a2a = row.text(prefix + "a2a")
-    return Pool(tp=tp, pp=pp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep or 1, workers=n,
-                redundant_experts=row.int(prefix + "redundant_experts") or 0,
-                a2a=row.choice(prefix + "a2a", {b: b for b in A2A_BACKENDS}) if a2a else "auto")
+    redundant = row.int(prefix + "redundant_experts") or 0
+    if redundant > MAX_GPUS:
+        raise row.error(prefix + "redundant_experts", f"must lie in 0..{MAX_GPUS:,}, got {redundant:,}")
+    a2a = row.choice(prefix + "a2a", {b: b for b in A2A_BACKENDS}) if row.text(prefix + "a2a") else "auto"
+    return Pool(tp=tp, pp=pp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep or 1, workers=n, redundant_experts=redundant,
+                a2a=a2a)
 
 
 def _measured_budget(row: Row, engine: str, isl: int) -> int | None:
@@ -387,6 +391,10 @@ def read_measured_csv(path: str | Path, text: str | None = None) -> list[Case]:
                 if row.text(WORKERS_COLUMN):
                     raise row.error(WORKERS_COLUMN, "applies to an aggregated row (a disaggregated row states "
                                                     "prefill_num_workers and decode_num_workers)")
+                for column in POOL_COLUMNS:
+                    if row.text(column):
+                        raise row.error(column, f"applies to an aggregated row (a disaggregated row states "
+                                                f"prefill_{column} and decode_{column})")
                 for role in ("prefill_", "decode_"):
                     for column in ROLE_COLUMNS:
                         if role + column not in columns:
