@@ -834,6 +834,8 @@ def test_no_shipped_deployment_keeps_a_layout_the_export_multiplied():
     assert len(pools) > 1000
     signature = [p for p in pools if p.moe_tp and p.moe_tp == p.moe_ep > 1 and p.tp * p.dp == p.moe_tp * p.moe_ep]
     assert not signature
+    # the other form, tp a × dp a with EP a² (a = 4: 16 GPUs on the 8-GPU systems of the db-dump export's vLLM rows)
+    assert not [p for p in pools if p.tp == p.dp == 4 and p.moe_ep == 16]
 
 
 def test_a_published_entry_states_its_launch_settings(tmp_path):
