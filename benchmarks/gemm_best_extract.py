@@ -18,7 +18,8 @@ from pathlib import Path
 from _aiconfigurator import rebuild  # benchmarks/, beside this script
 
 DEVICES = {"b200_sxm": "NVIDIA B200", "b300_sxm": "NVIDIA B300", "gb200": "NVIDIA GB200", "gb300": "NVIDIA GB300",
-           "h100_sxm": "NVIDIA H100", "h200_sxm": "NVIDIA H200"}
+           "h100_sxm": "NVIDIA H100", "h200_sxm": "NVIDIA H200",
+           "rtx_pro_6000_server": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}
 """GPU systems as aiconfigurator names its directories -> the device name its samples record (a prefix): one of
 B300's tables was collected on a GB300 (sglang 0.5.14 @095f58a, the same file as GB300's), and is left out."""
 DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "nvfp4": "fp4"}

@@ -77,6 +77,17 @@ def test_fp4_gemm_ceilings_are_the_collectors_best(system, preset):
     assert gpu.gemm_peak_fraction["fp4"] == pytest.approx(best / gpu.peak_tflops["fp4"], abs=5e-4)
 
 
+def test_a_gpu_mamf_never_measured_takes_the_collectors_best_for_every_type():
+    """MAMF has no RTX PRO 6000 figure: its bf16, fp8 and fp4 ceilings are the median over aiconfigurator's six engine
+    collectors of their best GEMM over the datasheet dense peak at its 2,430 MHz clock, 440.6 / 467.8 = 0.942,
+    831.6 / 935.6 = 0.889 and 1,461.6 / 1,871.2 = 0.781 (data/hardware/gemm_best.csv, data/hardware/SOURCES.md)."""
+    gpu = load_cluster("rtx-pro-6000").gpu
+    best = _collectors_best()
+    for dtype in ("bf16", "fp8", "fp4"):
+        assert gpu.gemm_peak_fraction[dtype] == pytest.approx(best[("rtx_pro_6000_server", dtype)]
+                                                              / gpu.peak_tflops[dtype], abs=5e-4)
+
+
 @pytest.mark.parametrize(("system", "preset", "sibling", "sibling_preset"), [
     ("b300_sxm", "b300", "b200_sxm", "b200"), ("gb300", "gb300-nvl72", "gb200", "gb200-nvl72")])
 def test_gemm_ceilings_without_mamf_scale_the_sibling_s(system, preset, sibling, sibling_preset):

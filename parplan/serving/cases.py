@@ -41,7 +41,7 @@ from parplan.serving.spec import (
 SYSTEMS = {
     "h100_sxm": "h100", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200-nvl72",
     "gb300": "gb300-nvl72", "h800_sxm": "h800", "a100_80gb_sxm": "a100-80gb", "a100_40gb_sxm": "a100-40gb",
-    "b200": "b200",
+    "b200": "b200", "rtx_pro_6000_server": "rtx-pro-6000", "rtx_pro_6000_blackwell_server": "rtx-pro-6000",
 }
 """GPU system names of the measured files -> cluster presets."""
 
