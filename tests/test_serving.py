@@ -815,7 +815,7 @@ def test_a_curated_anchor_that_is_a_shipped_row_is_predicted_as_that_row():
                               strict=True):
         assert (a.model, a.workload.isl, a.workload.osl, a.workload.concurrency) == (
             t.model, t.workload.isl, t.workload.osl, t.workload.concurrency), a.id
-        assert ra.error == rt.error, a.id  # one pair, DeepSeek-R1 on GB200 under SGLang, fits neither way
+        assert ra.error == rt.error, a.id  # DeepSeek-R1 on GB200 under SGLang fits as the TP 4 its script runs (rule 6)
         for metric in ("ttft_ms", "tpot_ms") if rt.error is None else ():
             assert ra.predicted[metric] == pytest.approx(rt.predicted[metric], rel=1e-9), (a.id, metric)
 
@@ -1029,3 +1029,82 @@ def test_a_blank_precision_text_states_no_format():
     from parplan.serving.published import _format
 
     assert _format("") is None and _format("   ") is None and _format("fp8 (block-scaled)") == "fp8"
+
+
+def test_a_pcie_server_all_reduces_through_nccl_not_the_engines_one_shot_kernel():
+    """vLLM and SGLang run their one-shot custom all-reduce over NVLink but turn it off on more than two PCIe-only
+    GPUs (vllm custom_all_reduce.py), so a TP8 all-reduce of a decode step's few KiB on the RTX PRO 6000 server
+    costs what NCCL measures there: 25.5 us at 8 GPUs for messages of 8 KiB and less (aiconfigurator @095f58a,
+    rtx_pro_6000_server comm/nccl/2.29.2/nccl_perf.parquet; the engines' custom-AR tables 24-38 us), not the
+    engines' 7.2 us NVLink latency that an 8x H100 keeps."""
+    m = load_model(LLAMA70)
+    lay = PoolArrays.from_pools([Pool(tp=8)])
+    nbytes, ranks = np.array([8192.0 * 2]), np.array([8])
+
+    def per_call(cluster: str) -> float:
+        sm = StepModel(m, load_cluster(cluster), load_engine("vllm"), Precision.parse("fp8"), lay)
+        return float(sm.all_reduce(nbytes, ranks)[0]) * 1e6
+
+    assert 20.0 <= per_call("rtx-pro-6000") <= 38.0
+    assert per_call("h100") < 10.0
+
+
+def test_the_db_dump_disaggregated_rows_carry_their_recipes_settings():
+    """SOURCES.md rule 6 (stop 32): each of the 123 db-dump disaggregated rows carries its recipe's KV format (fp8
+    but the two H200 SGLang rows of cfg434, whose recipe sets none) and each pool's MoE exchange: SGLang's DeepEP
+    with 32 redundant experts in 13 GB200 rows, TensorRT-LLM's gather for every attention-DP pool on B200 and H200
+    (its selector gathers without MNNVL or TRTLLM_CAN_USE_DEEP_EP). The December GB200 SGLang rows no longer keep
+    the export's attention DP with MoE TP, which their Dynamo scripts never ran; every row is logged once as
+    `launch`."""
+    import csv
+
+    from parplan.serving.validate import shipped_files
+
+    with shipped_files()[0].open(newline="") as f:
+        rows = [r for r in csv.DictReader(f)
+                if r["mode"] == "disagg" and r["silicon_data_source"].startswith("db-dump")]
+    assert len(rows) == 123
+    assert {r["id"] for r in rows if r["kv_cache_dtype"] != "fp8"} == {r["id"] for r in rows if "cfg434" in r["id"]}
+    deepep = [r for r in rows if r["decode_a2a"] == "deepep"]
+    assert len(deepep) == 13
+    assert all(r["backend"] == "sglang" and r["system"] == "gb200" and r["decode_redundant_experts"] == "32"
+               for r in deepep)
+    for r in rows:
+        for role in ("prefill", "decode"):
+            dp, moe_tp = int(r[f"{role}_attention_dp_size"] or 1), int(r[f"{role}_moe_tp_size"] or 1)
+            if r["backend"] == "trtllm" and r["system"] in ("b200_sxm", "h200_sxm") and dp > 1:
+                assert r[f"{role}_a2a"] == "allgather", r["id"]
+            if r["backend"] == "sglang" and r["system"] == "gb200":
+                assert not (dp > 1 and moe_tp > 1), r["id"]
+    with (shipped_files()[0].parent / "serving_measured_cleaning.csv").open(newline="") as f:
+        launched = [x["id"] for x in csv.DictReader(f) if x["action"] == "launch"]
+    assert all(launched.count(r["id"]) == 1 for r in rows)
+
+
+def test_a_published_pool_states_its_moe_exchange(tmp_path):
+    """A closed-loop entry's pool may state its MoE exchange and redundant experts as the measured CSV's POOL_COLUMNS
+    do (the GB300 SGLang anchor: DeepEP with 32 redundant experts, SOURCES.md rule 6); an unknown exchange is an
+    error naming the entry and the field."""
+    from parplan.serving.published import read_published_yaml
+
+    entry = """- id: x
+  kind: e2e_serving_fixed_concurrency
+  model: deepseek-ai/DeepSeek-V3
+  gpu: {type: gb300}
+  engine: sglang 0.5.8
+  layout:
+    serving: disaggregated
+    prefill: {workers: 1, tp: 1, attention_dp: 8, moe_tp: 1, moe_ep: 8, a2a: EXCHANGE, redundant_experts: 32}
+    decode: {workers: 1, tp: 1, attention_dp: 8, moe_tp: 1, moe_ep: 8, batch_per_rank: 512}
+  precision: {gemm_and_moe: fp8}
+  workload: {isl: 1024, osl: 1024, concurrency: 4096}
+  measured: {ttft_ms: 3229.6, tpot_ms: 60.0}
+"""
+    path = tmp_path / "p.yaml"
+    path.write_text(entry.replace("EXCHANGE", "deepep"))
+    pools = read_published_yaml(path)[0].deployment
+    assert (pools.prefill.a2a, pools.prefill.redundant_experts, pools.decode.a2a) == ("deepep", 32, "auto")
+    path.write_text(entry.replace("EXCHANGE", "nccl"))
+    with pytest.raises(ConfigError, match=r"entry 'x'.*unknown value 'nccl'") as e:
+        read_published_yaml(path)
+    assert e.value.field == "layout.prefill.a2a"

@@ -25,7 +25,7 @@ def list_hardware(json_out: JsonOpt = False) -> None:
         return
     columns = [Column("name", left=True), Column("GPU", left=True, wrap=True), Column("bf16 TF", "bf16"),
                Column("fp8 TF", "fp8"), Column("HBM GiB", "HBM"), Column("GPUs/node", "/node"),
-               Column("NVLink GB/s", "NVLink"), Column("NIC GB/s", "NIC")]
+               Column("scale-up GB/s", "scale-up"), Column("NIC GB/s", "NIC")]
     rows = [[c.name, c.gpu.name.replace("NVIDIA ", "").replace("AMD Instinct ", ""), f"{c.gpu.peak_tflops['bf16']:g}",
              f"{c.gpu.peak_tflops['fp8']:g}" if c.gpu.supports_fp8 else "-", f"{c.gpu.hbm_gib:g}",
              str(c.gpus_per_node), f"{c.scaleup.bandwidth_gbps:g}", f"{c.scaleout.bandwidth_gbps:g}"]

@@ -137,6 +137,10 @@ class LinkSpec:
     """Latency of an in-switch (NVLS) reduction over this link, microseconds (NCCL: NVLink 25, net 18)."""
     per_peer_gbps: float | None = None
     """Full-mesh fabrics (MI300X xGMI): bandwidth to one peer, GB/s; a group of g GPUs gets (g-1)×."""
+    one_shot_allreduce: bool = True
+    """Whether the serving engines' own one-shot all-reduce kernels (peer-to-peer writes into every rank's buffer)
+    run over this link: over NVLink and xGMI they do; over PCIe vLLM and SGLang turn them off beyond two GPUs
+    (vllm custom_all_reduce.py: 'not supported on more than two PCIe-only GPUs'), so a TP all-reduce is NCCL's."""
 
     def __post_init__(self) -> None:
         require([

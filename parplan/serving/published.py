@@ -4,7 +4,9 @@ Each entry states a kind of measurement; the kinds the serving model can reprodu
 per measured figure, named as the file names it:
 
 - e2e_serving_fixed_concurrency (aiconfigurator's curated rows): TTFT and TPOT of a closed loop, with the launch
-  settings (`launch:`, the measured CSV's launch columns) and length draw (workload.range_ratio) the entry states;
+  settings (`launch:`, the measured CSV's launch columns), each pool's MoE exchange and redundant experts
+  (`layout.<pool>.a2a`, `.redundant_experts`, as the CSV's POOL_COLUMNS) and length draw (workload.range_ratio) the
+  entry states;
 - e2e_offline (TensorRT-LLM perf overview and best-practice blogs): output tokens/s per GPU with every
   request queued (throughput at the batch the engine holds) or at a stated concurrency;
 - e2e_static_batch: output tokens/s per GPU of a static batch (one prefill of the batch, then its decode);
@@ -37,6 +39,7 @@ from parplan.errors import ConfigError, ParplanError
 from parplan.hardware import deepep, load_cluster
 from parplan.limits import MAX_BATCH, MAX_SEQ
 from parplan.models import ModelSpec, load_model
+from parplan.names import A2A_BACKENDS
 from parplan.planner import experts
 from parplan.serving.cases import (
     LAUNCH_COLUMNS,
@@ -187,9 +190,14 @@ def _pool(entry: _Entry, layout: Any, path: str, moe: bool, batch_key: str | Non
     ep = _int(layout, path, "moe_ep", 1) if moe else 1
     moe_tp = _int(layout, path, "moe_tp", tp * dp // max(ep, 1)) if moe else None
     batch = layout.get(batch_key) if batch_key else None
+    # how the pool's MoE layers ran, as the measured CSV's POOL_COLUMNS state it (cases.py)
+    a2a = layout.get("a2a", "auto")
+    if a2a not in A2A_BACKENDS:
+        raise entry.error(f"{path}.a2a", f"unknown value {a2a!r}; known: {', '.join(A2A_BACKENDS)}")
     return Pool(tp=tp, pp=_int(layout, path, "pp", 1), dp=dp, moe_tp=moe_tp, moe_ep=ep,
                 workers=_int(layout, path, "workers", 1),
-                batch=batch if isinstance(batch, int) and not isinstance(batch, bool) else None)
+                batch=batch if isinstance(batch, int) and not isinstance(batch, bool) else None,
+                redundant_experts=_int(layout, path, "redundant_experts", 0) or 0, a2a=a2a)
 
 
 def _base(entry: _Entry) -> dict[str, Any]:
