@@ -1105,6 +1105,6 @@ def test_a_published_pool_states_its_moe_exchange(tmp_path):
     pools = read_published_yaml(path)[0].deployment
     assert (pools.prefill.a2a, pools.prefill.redundant_experts, pools.decode.a2a) == ("deepep", 32, "auto")
     path.write_text(entry.replace("EXCHANGE", "nccl"))
-    with pytest.raises(ConfigError, match=r"entry 'x'.*unknown value 'nccl'") as e:
+    with pytest.raises(ConfigError, match=r"entry 'x'.*unknown backend 'nccl'") as e:
         read_published_yaml(path)
     assert e.value.field == "layout.prefill.a2a"

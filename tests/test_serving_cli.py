@@ -301,7 +301,7 @@ def test_pool_columns_reach_each_role(run_cli, run_json, tmp_path):
     predicted, refused = run_json("validate", "--serving", _write(
         tmp_path, header + row + ",32,deepep,32,deepep\n" + row + ",,,,\n"))["rows"]
     assert predicted["error"] is None and "moe_ep 48 must divide the 256 experts" in refused["error"]
-    for cells, message in ((",32,nccl,32,deepep", "field 'prefill_a2a': row 1: unknown value 'nccl'"),
+    for cells, message in ((",32,nccl,32,deepep", "field 'prefill_a2a': row 1: unknown backend 'nccl'"),
                            (",32,deepep,-1,deepep", "field 'decode_redundant_experts': row 1: must be >= 0"),
                            (",32,deepep,1e9,deepep", "field 'decode_redundant_experts': row 1: must lie in 0..")):
         code, _, err = run_cli("validate", "--serving", _write(tmp_path, header + row + cells + "\n"))

@@ -24,8 +24,7 @@ from typing import Any
 
 from parplan._input import read_text
 from parplan.errors import ConfigError, ParplanError
-from parplan.limits import MAX_GPUS
-from parplan.names import A2A_BACKENDS, KV_DTYPES
+from parplan.names import KV_DTYPES
 from parplan.serving.engines import load_engine
 from parplan.serving.spec import (
     BatchWait,
@@ -247,12 +246,14 @@ def _pool(row: Row, prefix: str, *, moe: bool) -> Pool:
         moe_tp, moe_ep = None, 1
     n = row.int(prefix + "num_workers", minimum=1) or 1
     row.int(prefix + "batch_size", minimum=1)  # checked; only the token budget reads it (_measured_budget)
-    redundant = row.int(prefix + "redundant_experts") or 0
-    if redundant > MAX_GPUS:
-        raise row.error(prefix + "redundant_experts", f"must lie in 0..{MAX_GPUS:,}, got {redundant:,}")
-    a2a = row.choice(prefix + "a2a", {b: b for b in A2A_BACKENDS}) if row.text(prefix + "a2a") else "auto"
-    return Pool(tp=tp, pp=pp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep or 1, workers=n, redundant_experts=redundant,
-                a2a=a2a)
+    try:
+        return Pool(tp=tp, pp=pp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep or 1, workers=n,
+                    redundant_experts=row.int(prefix + "redundant_experts") or 0,
+                    a2a=row.text(prefix + "a2a") or "auto")
+    except ConfigError as e:
+        if e.field not in POOL_COLUMNS:  # a layout the Pool rejects: the row is refused with its reason
+            raise
+        raise row.error(prefix + e.field, e.rule) from None  # a malformed cell: Pool's own rule, named with the file
 
 
 def _measured_budget(row: Row, engine: str, isl: int) -> int | None:

@@ -39,11 +39,11 @@ from parplan.errors import ConfigError, ParplanError
 from parplan.hardware import deepep, load_cluster
 from parplan.limits import MAX_BATCH, MAX_SEQ
 from parplan.models import ModelSpec, load_model
-from parplan.names import A2A_BACKENDS
 from parplan.planner import experts
 from parplan.serving.cases import (
     LAUNCH_COLUMNS,
     MEASURED_OVERLAP,
+    POOL_COLUMNS,
     QUANT,
     SYSTEMS,
     Case,
@@ -190,14 +190,16 @@ def _pool(entry: _Entry, layout: Any, path: str, moe: bool, batch_key: str | Non
     ep = _int(layout, path, "moe_ep", 1) if moe else 1
     moe_tp = _int(layout, path, "moe_tp", tp * dp // max(ep, 1)) if moe else None
     batch = layout.get(batch_key) if batch_key else None
-    # how the pool's MoE layers ran, as the measured CSV's POOL_COLUMNS state it (cases.py)
-    a2a = layout.get("a2a", "auto")
-    if a2a not in A2A_BACKENDS:
-        raise entry.error(f"{path}.a2a", f"unknown value {a2a!r}; known: {', '.join(A2A_BACKENDS)}")
-    return Pool(tp=tp, pp=_int(layout, path, "pp", 1), dp=dp, moe_tp=moe_tp, moe_ep=ep,
-                workers=_int(layout, path, "workers", 1),
-                batch=batch if isinstance(batch, int) and not isinstance(batch, bool) else None,
-                redundant_experts=_int(layout, path, "redundant_experts", 0) or 0, a2a=a2a)
+    try:  # how the pool's MoE layers ran, as the measured CSV's POOL_COLUMNS state it, checked by Pool's own rules
+        return Pool(tp=tp, pp=_int(layout, path, "pp", 1), dp=dp, moe_tp=moe_tp, moe_ep=ep,
+                    workers=_int(layout, path, "workers", 1),
+                    batch=batch if isinstance(batch, int) and not isinstance(batch, bool) else None,
+                    redundant_experts=_int(layout, path, "redundant_experts", 0) or 0,
+                    a2a=str(layout.get("a2a", "auto")))
+    except ConfigError as e:
+        if e.field not in POOL_COLUMNS:
+            raise
+        raise entry.error(f"{path}.{e.field}", e.rule) from None
 
 
 def _base(entry: _Entry) -> dict[str, Any]:
