@@ -140,7 +140,8 @@ class LinkSpec:
     one_shot_allreduce: bool = True
     """Whether the serving engines' own one-shot all-reduce kernels (peer-to-peer writes into every rank's buffer)
     run over this link: over NVLink and xGMI they do; over PCIe vLLM and SGLang turn them off beyond two GPUs
-    (vllm custom_all_reduce.py: 'not supported on more than two PCIe-only GPUs'), so a TP all-reduce is NCCL's."""
+    (vllm custom_all_reduce.py: 'not supported on more than two PCIe-only GPUs'), so a TP all-reduce of more than
+    two is NCCL's (StepModel.all_reduce)."""
 
     def __post_init__(self) -> None:
         require([

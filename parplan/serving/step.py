@@ -212,10 +212,10 @@ class StepModel:
     # ---- communication ----------------------------------------------------------------------------------
     def all_reduce(self, nbytes: np.ndarray, ranks: np.ndarray) -> np.ndarray:
         """A TP all-reduce of `nbytes` per rank: inside one NVLink domain the engine's one-shot kernel (its
-        latency, the ring's bytes at the domain's bus bandwidth), across domains, or over a link that has no
-        one-shot kernel (PCIe: LinkSpec.one_shot_allreduce), NCCL's model."""
+        latency, the ring's bytes at the domain's bus bandwidth), across domains, or over more than two GPUs of a link
+        the kernel does not run on (PCIe: LinkSpec.one_shot_allreduce), NCCL's model."""
         cl = self.cluster
-        inside = (ranks <= cl.scaleup_domain) & cl.scaleup.one_shot_allreduce
+        inside = (ranks <= cl.scaleup_domain) & (cl.scaleup.one_shot_allreduce | (ranks <= 2))
         wire, _ = link_bytes(Collective.ALL_REDUCE, nbytes, ranks, np.minimum(ranks, cl.scaleup_domain))
         one_shot = self.engine.knobs.allreduce_us * 1e-6 + wire / (cl.scaleup.busbw_gbps * 1e9)
         nccl = collective_time(cl, Collective.ALL_REDUCE, nbytes, ranks, np.minimum(ranks, cl.scaleup_domain))
