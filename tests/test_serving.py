@@ -5,6 +5,8 @@ from the model configs (data/models/hub) and datasheet figures in the presets, w
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -948,24 +950,34 @@ def test_overlap_scheduler_hides_launches_behind_the_gpu():
         (True, False), (False, True), (False, None)}
 
 
+def _shipped_rows(keep: Callable[[dict[str, str]], bool]) -> list[dict[str, str]]:
+    """The shipped measured CSV's rows (as text) that `keep` selects."""
+    import csv
+
+    from parplan.serving.validate import shipped_files
+
+    with shipped_files()[0].open(newline="") as f:
+        return [r for r in csv.DictReader(f) if keep(r)]
+
+
+def _db_dump_disaggregated(row: dict[str, str]) -> bool:
+    return row["mode"] == "disagg" and row["silicon_data_source"].startswith("db-dump")
+
+
+def _concurrency(row: dict[str, str]) -> int:
+    return int(re.search(r"silicon_concurrency=(\d+)", row["silicon_data_source"]).group(1))
+
+
 def test_disaggregated_rows_of_the_db_dump_fill_their_decode_ranks():
     """InferenceX's `db-dump` export records a disaggregated row's decode_batch_size per attention rank: the
     concurrency spread over decode workers × attention-DP ranks (SOURCES.md rule 6 corrected 3 Kimi-K2.5 rows whose
     decode pool runs data-parallel 16, where the export had recorded one worker's whole batch). A cleaning edit
     that breaks this is caught here. All 123 of them (SOURCES.md rule 6 matched each to its recipe)."""
-    import csv
-    import re
-
-    from parplan.serving.validate import shipped_files
-
-    with shipped_files()[0].open(newline="") as f:
-        rows = [r for r in csv.DictReader(f)
-                if r["mode"] == "disagg" and r["silicon_data_source"].startswith("db-dump")]
+    rows = _shipped_rows(_db_dump_disaggregated)
     assert len(rows) == 123
     for r in rows:
-        concurrency = int(re.search(r"silicon_concurrency=(\d+)", r["silicon_data_source"]).group(1))
         ranks = int(r["decode_attention_dp_size"] or 1) * int(r["decode_num_workers"])
-        assert int(r["decode_batch_size"]) * ranks == concurrency, r["id"]
+        assert int(r["decode_batch_size"]) * ranks == _concurrency(r), r["id"]
 
 
 def test_gb200_sweeps_spread_their_concurrency_over_the_decode_ranks():
@@ -973,21 +985,15 @@ def test_gb200_sweeps_spread_their_concurrency_over_the_decode_ranks():
     other disaggregated rows do, the concurrency over decode workers x attention-DP ranks, rounded up where it does
     not divide (1,075 over DEP16: 68), and their GPUs add up to the count the export recorded as tp (in the id):
     4 GPUs a context tray plus the generation servers for TensorRT-LLM (36 = 4 + 4 x 8), 72 for SGLang."""
-    import csv
     import math
-    import re
 
-    from parplan.serving.validate import shipped_files
-
-    with shipped_files()[0].open(newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["id"].startswith("2026_04_06_deepseek_r1_gb200")]
+    rows = _shipped_rows(lambda r: r["id"].startswith("2026_04_06_deepseek_r1_gb200"))
     assert len(rows) == 33 and {r["mode"] for r in rows} == {"disagg"}
     for r in rows:
-        concurrency = int(re.search(r"silicon_concurrency=(\d+)", r["silicon_data_source"]).group(1))
         ranks = {role: int(r[f"{role}_num_workers"]) * int(r[f"{role}_tp_size"]) * int(r[f"{role}_attention_dp_size"])
                  for role in ("prefill", "decode")}
         decode_ranks = int(r["decode_num_workers"]) * int(r["decode_attention_dp_size"])
-        assert int(r["decode_batch_size"]) == math.ceil(concurrency / decode_ranks), r["id"]
+        assert int(r["decode_batch_size"]) == math.ceil(_concurrency(r) / decode_ranks), r["id"]
         assert sum(ranks.values()) == int(re.search(r"_tp(\d+)_", r["id"]).group(1)), r["id"]
 
 
@@ -1061,9 +1067,7 @@ def test_the_db_dump_disaggregated_rows_carry_their_recipes_settings():
 
     from parplan.serving.validate import shipped_files
 
-    with shipped_files()[0].open(newline="") as f:
-        rows = [r for r in csv.DictReader(f)
-                if r["mode"] == "disagg" and r["silicon_data_source"].startswith("db-dump")]
+    rows = _shipped_rows(_db_dump_disaggregated)
     assert len(rows) == 123
     assert {r["id"] for r in rows if r["kv_cache_dtype"] != "fp8"} == {r["id"] for r in rows if "cfg434" in r["id"]}
     deepep = [r for r in rows if r["decode_a2a"] == "deepep"]
