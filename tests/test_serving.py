@@ -997,6 +997,52 @@ def test_gb200_sweeps_spread_their_concurrency_over_the_decode_ranks():
         assert sum(ranks.values()) == int(re.search(r"_tp(\d+)_", r["id"]).group(1)), r["id"]
 
 
+def test_tensorrt_llm_exchanges_moe_tokens_as_its_selector_does():
+    """TensorRT-LLM's CutlassFusedMoE runs its all-to-all only with MNNVL, attention DP and moe_ep above the top-k
+    (fused_moe_cutlass.py @7b437aa enable_alltoall), and otherwise gathers the inputs and reduce-scatters the
+    outputs. DeepSeek-V3 routes each token to 8 experts (config.json num_experts_per_tok): DEP8 on one 8-GPU
+    B200 node gathers, DEP8 in a GB200 rack too (8 is not above 8), DEP16 in the rack exchanges all-to-all. A
+    deployment's own exchange is kept."""
+    from parplan.names import A2A_BACKENDS
+
+    m, engine = load_model(DSV3), load_engine("trtllm")
+    assert m.moe.top_k == 8 and engine.a2a == "alltoall" and engine.a2a_needs_mnnvl
+
+    def exchange(cluster: str, dp: int, a2a: str = "auto") -> str:
+        lay = PoolArrays.from_pools([Pool(tp=1, dp=dp, moe_ep=dp, a2a=a2a)])
+        sm = StepModel(m, load_cluster(cluster, gpus=dp), engine, Precision(gemm="fp4", moe="fp4"), lay)
+        return A2A_BACKENDS[int(sm.a2a_backend(False)[0])]
+
+    assert exchange("b200", 8) == "allgather"
+    assert exchange("gb200-nvl72", 8) == "allgather"
+    assert exchange("gb200-nvl72", 16) == "alltoall"
+    assert exchange("b200", 8, "alltoall") == "alltoall"
+    assert not load_engine("sglang").a2a_needs_mnnvl and load_engine("sglang").a2a == "allgather"
+
+
+def test_tensorrt_llm_gathers_nvfp4_inputs_quantised():
+    """With NVFP4 experts TensorRT-LLM quantises the MoE inputs before its attention-DP allgather (half a byte
+    per element and one fp8 scale per 16: 0.5625 bytes) and reduce-scatters 16-bit outputs (fused_moe_cutlass.py
+    @7b437aa, 'fp4_allgather'), where SGLang gathers 16-bit activations. So on one DEP8 B200 node, for the same
+    tokens, TensorRT-LLM's exchange is that of SGLang less the all-gather's 2 - 0.5625 bytes per element, and with
+    fp8 experts (DeepSeek's block-scaled fp8, quantised inside the MoE op) the two are the same."""
+    from parplan.hardware.efficiency import Collective, collective_time
+
+    m, cl = load_model(DSV3), load_cluster("b200", gpus=8)
+    lay = PoolArrays.from_pools([Pool(tp=1, dp=8, moe_ep=8, a2a="allgather")])
+    tokens = np.array([64.0])
+
+    def exchange(engine: str, moe: str) -> float:
+        sm = StepModel(m, cl, load_engine(engine), Precision(gemm=moe, moe=moe), lay)
+        return float(sm._moe_exchange(tokens, False)[0])
+
+    gathered = 64 * 8 * m.hidden  # elements every rank receives
+    gather = {b: float(collective_time(cl, Collective.ALL_GATHER, gathered * b, 8, 8)) for b in (0.5625, 2.0)}
+    assert exchange("sglang", "fp4") - exchange("trtllm", "fp4") == pytest.approx(gather[2.0] - gather[0.5625],
+                                                                                  rel=1e-9)
+    assert exchange("trtllm", "fp8") == pytest.approx(exchange("sglang", "fp8"), rel=1e-12)
+
+
 def test_a_disaggregated_prefill_pool_runs_without_the_overlap_scheduler():
     """Every public recipe of a disaggregated TensorRT-LLM deployment disables the overlap scheduler on its prefill
     workers and leaves it on for decode (srt-slurm recipes/trtllm @75f6e32a: 297 of 297 prefill sections;

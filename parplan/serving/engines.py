@@ -131,6 +131,13 @@ class Engine:
     --scheduler-recv-interval; Deployment.recv_interval)."""
     a2a: str
     """MoE token exchange under attention DP by default."""
+    a2a_needs_mnnvl: bool
+    """Whether its default all-to-all runs only where every GPU of the expert group shares one multi-node NVLink
+    domain (an NVL72 rack), each rank holds fewer routed experts than a token's top-k (moe_ep > top_k) and no
+    expert is tensor-sharded; elsewhere it gathers (allgather, reduce-scatter)."""
+    fp4_gather: bool
+    """Whether its attention-DP allgather carries NVFP4 experts' inputs already quantised (half a byte and one
+    scale per 16 elements), not 16-bit activations; the reduce-scatter of their outputs stays 16-bit."""
     deepep: bool
     """Whether DeepEP's kernels are available for multi-node expert parallelism."""
     moe_layout: str
@@ -331,6 +338,8 @@ class _EngineFields:
     dp_balancing: bool
     recv_skipping: bool
     a2a: str
+    a2a_needs_mnnvl: bool
+    fp4_gather: bool
     deepep: bool
     moe_layout: str
     dp_attention_tp: str

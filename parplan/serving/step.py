@@ -222,10 +222,17 @@ class StepModel:
         return np.where(ranks > 1, np.where(inside, one_shot, nccl), 0.0)
 
     def a2a_backend(self, mixed: bool) -> np.ndarray:
-        """The MoE exchange each layout uses under attention DP: its own, else the engine's default, with
-        DeepEP wherever the expert group leaves one NVLink domain and the engine has it."""
-        lay, cl = self.lay, self.cluster
-        default = A2A_BACKENDS.index(self.engine.a2a)
+        """The MoE exchange each layout uses under attention DP: its own, else the engine's default (gathering
+        where the engine's all-to-all needs a multi-node NVLink domain, whole experts and moe_ep > top_k that the
+        layout lacks: Engine.a2a_needs_mnnvl), with DeepEP wherever the expert group leaves one NVLink domain and
+        the engine has it."""
+        lay, cl, eng = self.lay, self.cluster, self.engine
+        default = A2A_BACKENDS.index(eng.a2a)
+        if eng.a2a_needs_mnnvl:
+            moe = self.model.moe
+            mnnvl = cl.scaleup_domain > cl.gpus_per_node  # an NVLink domain wider than a node (NVL72 rack)
+            routed = (lay.moe_tp == 1) & (lay.moe_ep > (moe.top_k if moe is not None else 0))
+            default = np.where(mnnvl & routed, default, A2A_BACKENDS.index("allgather"))
         spans = lay.stage_gpus > cl.scaleup_domain
         auto = np.where(spans & self.engine.deepep, A2A_BACKENDS.index("deepep"), default)
         return np.where(lay.a2a == A2A_BACKENDS.index("auto"), auto, lay.a2a)
@@ -239,9 +246,11 @@ class StepModel:
         group = lay.stage_gpus
         dom = np.minimum(group, cl.scaleup_domain)
         no_dp = self.all_reduce(tokens * h * ACT_BYTES, lay.tp)
-        gathered = tokens * lay.dp * h * ACT_BYTES
-        allgather = (collective_time(cl, Collective.ALL_GATHER, gathered, group, dom)
-                     + collective_time(cl, Collective.REDUCE_SCATTER, gathered, group, dom))
+        gathered = tokens * lay.dp * h
+        nvfp4 = compute_format(cl.gpu.supports_fp4, cl.gpu.supports_fp8, self.precision.moe)[0] == "fp4"
+        gather_bytes = DTYPE_BYTES["fp4"] if self.engine.fp4_gather and nvfp4 else ACT_BYTES
+        allgather = (collective_time(cl, Collective.ALL_GATHER, gathered * gather_bytes, group, dom)
+                     + collective_time(cl, Collective.REDUCE_SCATTER, gathered * ACT_BYTES, group, dom))
         fp8 = self.precision.moe in ("fp8", "fp4")
         copies = tokens * moe.top_k
         alltoall = (collective_time(cl, Collective.ALL_TO_ALL, copies * deepep.token_bytes(h, fp8), group, dom)
