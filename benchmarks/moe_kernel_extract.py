@@ -5,18 +5,17 @@
 
 Reads `aic-core/src/aiconfigurator_core/systems/data/<gpu>/moe/<engine>/<version>/moe_perf.parquet` of a checkout
 (ai-dynamo/aiconfigurator @ 095f58a for the shipped file) and keeps what benchmarks/moe_kernel_fit.py fits the
-engines' routed-expert ceilings to: per GPU system the measured rows name (cases.SYSTEMS) the first of each
-engine's VERSIONS with such rows, balanced routing, the routed-expert shapes of MODELS, the formats of FORMATS,
-moe_tp × moe_ep ≤ 8 and the token counts of TOKENS; configurations collected twice (the 384-expert shape) are
-averaged. Seconds.
+engines' routed-expert ceilings to: per GPU system of SM100_SYSTEMS (the measured rows' systems but the RTX PRO
+6000) the first of each engine's VERSIONS with such rows, balanced routing, the routed-expert shapes of MODELS, the
+formats of FORMATS, moe_tp × moe_ep ≤ 8 and the token counts of TOKENS; configurations collected twice (the
+384-expert shape) are averaged. Seconds.
 """
 
 from __future__ import annotations
 
-import collections
 from pathlib import Path
 
-from _aiconfigurator import rebuild  # benchmarks/, beside this script
+from _aiconfigurator import SM100_SYSTEMS, collect, rebuild  # benchmarks/, beside this script
 
 from parplan.hardware.presets import load_cluster
 from parplan.models import load_model
@@ -37,36 +36,24 @@ COLUMNS = ("engine", "version", "kernel_source", "system", "format", "model", "t
 
 
 def rows(root: Path) -> list[dict[str, object]]:
-    import pyarrow.parquet as pq  # optional: see the module docstring
-
     shapes = {}
     for name in MODELS:
         model = load_model(name)
         assert model.moe is not None
         shapes[(model.hidden, model.moe.expert_ffn, model.moe.top_k, model.moe.experts)] = name
-    kept: dict[tuple, list[float]] = collections.defaultdict(list)
-    for system, cluster in SYSTEMS.items():
-        if not (root / system).is_dir():
-            continue
-        fp4_cores = load_cluster(cluster).gpu.supports_fp4
-        for engine, versions in VERSIONS.items():
-            for version in versions:
-                path = root / system / "moe" / engine / version / "moe_perf.parquet"
-                found = 0
-                for r in pq.read_table(path).to_pylist() if path.exists() else []:
-                    model = shapes.get((r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"]))
-                    fmt = FORMATS.get(r["moe_dtype"])
-                    if (model is None or fmt is None or r["distribution"] != "balanced"
-                            or r["num_tokens"] not in TOKENS or r["moe_tp_size"] * r["moe_ep_size"] > 8
-                            or (fmt == "fp4" and fp4_cores == (r["moe_dtype"] == "w4a16_mxfp4"))):
-                        continue
-                    key = (engine, version, r["kernel_source"], system, fmt, model, r["num_tokens"],
-                           r["moe_tp_size"], r["moe_ep_size"])
-                    kept[key].append(float(r["latency"]))
-                    found += 1
-                if found:
-                    break
-    return [dict(zip(COLUMNS, (*key, round(sum(v) / len(v), 5)), strict=True)) for key, v in sorted(kept.items())]
+    fp4_cores = {system: load_cluster(cluster).gpu.supports_fp4 for system, cluster in SYSTEMS.items()}
+
+    def key_of(engine: str, version: str, system: str, r: dict) -> tuple | None:
+        model = shapes.get((r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"]))
+        fmt = FORMATS.get(r["moe_dtype"])
+        if (model is None or fmt is None or r["distribution"] != "balanced" or r["num_tokens"] not in TOKENS
+                or r["moe_tp_size"] * r["moe_ep_size"] > 8
+                or (fmt == "fp4" and fp4_cores[system] == (r["moe_dtype"] == "w4a16_mxfp4"))):
+            return None
+        return (engine, version, r["kernel_source"], system, fmt, model, r["num_tokens"], r["moe_tp_size"],
+                r["moe_ep_size"])
+
+    return collect(root, "moe/moe", VERSIONS, SM100_SYSTEMS, key_of, COLUMNS)
 
 
 def main() -> None:

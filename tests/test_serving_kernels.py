@@ -1,7 +1,8 @@
 """Kernel models the serving cost model adds to parplan/hardware: DeepEP's normal and low-latency all-to-all,
-4-bit GEMM operands, attention reading a KV cache, and the engines' routed-expert kernels. Expected values are
-DeepEP's published tables (deepseek-ai/DeepEP docs/legacy.md, copied in reference/hardware.md §3), aiconfigurator's
-MoE micro-benchmarks (data/serving/moe_kernels.csv) and hand calculations."""
+4-bit GEMM operands, attention reading a KV cache, the engines' routed-expert and chunked Gated DeltaNet kernels.
+Expected values are DeepEP's published tables (deepseek-ai/DeepEP docs/legacy.md, copied in reference/hardware.md
+§3), aiconfigurator's MoE and Gated DeltaNet micro-benchmarks (data/serving/moe_kernels.csv, gdn_kernels.csv) and
+hand calculations."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from parplan.errors import ConfigError
 from parplan.hardware import deepep, load_cluster
 from parplan.hardware.efficiency import decode_attention_time, gemm_time
-from parplan.serving import moe_kernels
+from parplan.serving import gdn_kernels, moe_kernels
 from parplan.serving.engines import engines_file, load_engine, read_engines
 
 H800 = load_cluster("h800", gpus=256)
@@ -212,3 +213,55 @@ def test_moe_kernel_fraction_bad_entries(tmp_path, entry, message):
     bad.write_text(text)
     with pytest.raises(ConfigError, match=message):
         read_engines(bad)
+
+
+# ---- chunked Gated DeltaNet prefill (Engine.gdn_prefill_fraction) ------------------------------------------------
+
+@pytest.mark.parametrize("key", sorted(gdn_kernels.samples()), ids="-".join)
+def test_gdn_prefill_table_reproduces_the_micro_benchmarks(key):
+    """Every engine and GPU architecture of the shipped samples (aiconfigurator's measured chunk_gated_delta_rule
+    kernels at 1,024 tokens and more): with the shipped table the GDN prefill time is unbiased, its median log error
+    within what rounding the fitted share f to four decimals leaves (±0.00005/f), its median absolute error below 30%
+    (SGLang's table times many shapes too small to fill the GPU), and at the flash-attention fraction parplan used
+    before it is more than 5x too fast."""
+    name, arch = key
+    engine, group = load_engine(name), gdn_kernels.samples()[key]
+    errors = gdn_kernels.log_errors(engine, group)
+    share = next(f for a, f in engine.gdn_prefill_fraction if a == arch)
+    assert abs(np.median(errors)) < 0.00005 / share
+    assert gdn_kernels.median_error(errors) < 0.30
+    flash = gdn_kernels.log_errors(gdn_kernels.with_fraction(engine, arch, None), group)
+    assert np.median(flash) > math.log(5.0)
+
+
+def test_gdn_prefill_by_hand():
+    """Qwen3.5-397B-A17B's GDN layer (64 value heads of 128 × 128, config.json linear_*) over 8,192 prefill tokens on
+    one B200 under TensorRT-LLM: 8,192 × 6 × 64 × 128 × 128 = 51.5 GFLOP of the recurrence, at TensorRT-LLM's Blackwell
+    share f of the 2,250 TFLOP/s bf16 peak, plus six launches; aiconfigurator's TensorRT-LLM 1.3.0rc20 collector
+    measured 0.860 ms for that kernel (b200_sxm gdn_perf.parquet, 64/16 heads, batch 1 × 8,192, 0.8597 and 0.8593
+    ms), which the prediction meets within 10%. On four GPUs (TP 4) each holds 16 heads: a quarter of the work."""
+    from parplan.models import load_model
+    from parplan.serving.step import GDN_PREFILL_KERNELS, gdn_prefill_time
+
+    la = load_model("Qwen/Qwen3.5-397B-A17B").attention.linear
+    assert (la.value_heads, la.key_head_dim, la.value_head_dim) == (64, 128, 128)
+    gpu, trt = load_cluster("b200").gpu, load_engine("trtllm")
+    f = next(share for a, share in trt.gdn_prefill_fraction if a == "blackwell")
+    launches = GDN_PREFILL_KERNELS * gpu.kernel_launch_us * 1e-6
+    one = float(gdn_prefill_time(gpu, trt, la, np.array(8192.0)))
+    assert one == pytest.approx(8192 * 6 * 64 * 128 * 128 / (2250e12 * f) + launches, rel=1e-9)
+    assert one == pytest.approx(0.860e-3, rel=0.10)
+    four = float(gdn_prefill_time(gpu, trt, la, np.array(8192.0), 0.25))
+    assert four - launches == pytest.approx((one - launches) / 4, rel=1e-9)
+
+
+def test_gdn_prefill_fraction_bad_entries(tmp_path):
+    """A wrong architecture or share in an engines file is a clear error naming the field."""
+    for entry, message in (("{volta: 0.03}", "gdn_prefill_fraction.volta"), ("{hopper: 0}", "fraction in"),
+                           ("[]", "gdn_prefill_fraction")):
+        text = re.sub(r"(?m)^  gdn_prefill_fraction: .*$", f"  gdn_prefill_fraction: {entry}",
+                      engines_file().read_text(), count=1)
+        bad = tmp_path / "engines.yaml"
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            read_engines(bad)

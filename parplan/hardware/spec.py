@@ -38,7 +38,8 @@ class GPUSpec:
     name: str
     """Marketing name, e.g. 'NVIDIA H100 SXM5 80GB'."""
     arch: str
-    """One of GPU_ARCHES: which generation of the engines' kernels runs on it (Engine.moe_gemm_fraction)."""
+    """One of GPU_ARCHES: which generation of the engines' kernels runs on it (Engine.moe_gemm_fraction,
+    gdn_prefill_fraction)."""
     sm_count: int
     """Streaming multiprocessors (compute units on AMD); sets GEMM wave quantisation."""
     peak_tflops: dict[str, float]

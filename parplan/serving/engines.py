@@ -152,6 +152,10 @@ class Engine:
     in the kernels' tensor-core dtype, at which the engine's routed-expert (grouped MoE) op takes the time its
     micro-benchmarks measure (benchmarks/moe_kernel_fit.py on data/serving/moe_kernels.csv). Where listed and
     below the dense GEMM's (efficiency.gemm_ceiling), the experts' GEMMs run at it (expert_ceiling)."""
+    gdn_prefill_fraction: tuple[tuple[str, float], ...] = ()
+    """(GPU architecture, fraction): the share of the GPU's bf16 peak at which the engine's chunked Gated DeltaNet
+    prefill kernel runs the recurrence's FLOPs (benchmarks/gdn_kernel_fit.py on data/serving/gdn_kernels.csv); where
+    not listed, the flash-attention fraction (GPUSpec.attention_fwd_fraction)."""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     batch_wait: BatchWait | None = None
     """The batch waiting a deployment launches it with (configured); None = off."""
@@ -229,6 +233,10 @@ class Engine:
         """The moe_gemm_fraction entry of a GPU architecture and expert weight format, None where not listed."""
         return next((f for a, w, f in self.moe_gemm_fraction if (a, w) == (arch, weights)), None)
 
+    def gdn_fraction(self, gpu: GPUSpec) -> float:
+        """The share of `gpu`'s bf16 peak its chunked Gated DeltaNet prefill runs at (gdn_prefill_fraction)."""
+        return next((f for a, f in self.gdn_prefill_fraction if a == gpu.arch), gpu.attention_fwd_fraction)
+
     def default_kv_dtype(self, weights: str) -> str:
         """The KV-cache format the engine picks when not told, for weights stored as `weights`."""
         return "fp8" if self.quantized_kv and weights in ("fp8", "fp4") else "bf16"
@@ -274,6 +282,7 @@ def _engine_from(name: str, raw: Any, file: str) -> Engine:
                           f"{SMALL_WORKER_GPUS} GPUs] triples", file=file, field=f"{name}.cuda_graph_tiers")
     sources = data.pop("sources", {}) or {}
     moe_fraction = _moe_fractions(data.pop("moe_gemm_fraction", {}), file, f"{name}.moe_gemm_fraction")
+    gdn_fraction = _gdn_fractions(data.pop("gdn_prefill_fraction", {}), file, f"{name}.gdn_prefill_fraction")
     max_running = data.pop("max_running", None)
     if max_running is not None and (not isinstance(max_running, int) or max_running < 1):
         raise ConfigError("expected a positive integer or null", file=file, field=f"{name}.max_running")
@@ -287,8 +296,25 @@ def _engine_from(name: str, raw: Any, file: str) -> Engine:
         raise ConfigError(f"expected one of {', '.join(A2A_BACKENDS[1:])}", file=file, field=f"{name}.a2a")
     return Engine(name=name, chunk_tokens=tuple((float(a), int(b)) for a, b in chunks), max_running=max_running,
                   cuda_graph_tiers=tuple((float(a), int(b), int(c)) for a, b, c in tiers),
-                  knobs=knobs, moe_gemm_fraction=moe_fraction, sources={str(k): str(v) for k, v in sources.items()},
+                  knobs=knobs, moe_gemm_fraction=moe_fraction, gdn_prefill_fraction=gdn_fraction,
+                  sources={str(k): str(v) for k, v in sources.items()},
                   **{f: getattr(spec, f) for f in _EngineFields.__dataclass_fields__})
+
+
+def _fraction(value: Any, file: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ConfigError(f"expected a fraction in (0, 1], got {value!r}", file=file, field=where)
+    return float(value)
+
+
+def _gdn_fractions(raw: Any, file: str, where: str) -> tuple[tuple[str, float], ...]:
+    """gdn_prefill_fraction {architecture: fraction in (0, 1]} checked, as Engine holds it."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"expected a mapping of GPU architecture -> fraction, got {raw!r}", file=file, field=where)
+    for arch in raw:
+        if arch not in GPU_ARCHES:
+            raise ConfigError(f"expected one of {', '.join(GPU_ARCHES)}", file=file, field=f"{where}.{arch}")
+    return tuple((str(a), _fraction(v, file, f"{where}.{a}")) for a, v in raw.items())
 
 
 def _moe_fractions(raw: Any, file: str, where: str) -> tuple[tuple[str, str, float], ...]:
@@ -307,10 +333,7 @@ def _moe_fractions(raw: Any, file: str, where: str) -> tuple[tuple[str, str, flo
             if fmt not in WEIGHT_DTYPES:
                 raise ConfigError(f"expected one of {', '.join(WEIGHT_DTYPES)}", file=file,
                                   field=f"{where}.{arch}.{fmt}")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-                raise ConfigError(f"expected a fraction in (0, 1], got {value!r}", file=file,
-                                  field=f"{where}.{arch}.{fmt}")
-            out.append((str(arch), str(fmt), float(value)))
+            out.append((str(arch), str(fmt), _fraction(value, file, f"{where}.{arch}.{fmt}")))
     return tuple(out)
 
 

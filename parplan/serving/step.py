@@ -33,8 +33,16 @@ from parplan.hardware.efficiency import (
     link_bytes,
     memory_bound_time,
 )
-from parplan.hardware.spec import ClusterSpec
-from parplan.models.spec import Block, LayerKind, Linear, ModelSpec, Shard, linear_attention_flops_per_token
+from parplan.hardware.spec import ClusterSpec, GPUSpec
+from parplan.models.spec import (
+    Block,
+    LayerKind,
+    Linear,
+    LinearAttentionSpec,
+    ModelSpec,
+    Shard,
+    linear_attention_flops_per_token,
+)
 from parplan.names import A2A_BACKENDS
 from parplan.planner import experts
 from parplan.serving.engines import Engine
@@ -118,6 +126,22 @@ def compute_format(gpu_fp4: bool, gpu_fp8: bool, dtype: str) -> tuple[str, float
     return dtype, DTYPE_BYTES[dtype]
 
 
+GDN_PREFILL_KERNELS = 6.0
+"""Kernels of one chunked Gated DeltaNet prefill: chunk_local_cumsum, chunk_scaled_dot_kkt_fwd, solve_tril,
+recompute_w_u_fwd, chunk_gated_delta_rule_fwd_h and chunk_fwd_o (FLA's chunk_gated_delta_rule_fwd, as vLLM and SGLang
+vendor it in their fla/ops/chunk.py)."""
+
+
+def gdn_prefill_time(gpu: GPUSpec, engine: Engine, la: LinearAttentionSpec, tokens: np.ndarray,
+                     heads_share: np.ndarray | float = 1.0) -> np.ndarray:
+    """Seconds of one Gated DeltaNet layer's chunked prefill kernel over `tokens` on one GPU holding `heads_share`
+    of the layer's heads: the recurrence's FLOPs at the engine's measured share of the bf16 peak
+    (Engine.gdn_fraction: FLA's chunked kernels run far below the tensor cores' rate), plus their launches."""
+    flops = np.asarray(tokens, dtype=float) * linear_attention_flops_per_token(la) * heads_share
+    peak = gpu.peak_tflops["bf16"] * 1e12 * engine.gdn_fraction(gpu)
+    return np.where(np.asarray(tokens) > 0, flops / peak + GDN_PREFILL_KERNELS * gpu.kernel_launch_us * 1e-6, 0.0)
+
+
 @dataclass(frozen=True, slots=True)
 class StepModel:
     """What a step's cost depends on besides its composition: model, cluster, engine, precision, layouts."""
@@ -197,17 +221,20 @@ class StepModel:
         return decode + prefill
 
     def _linear_attention(self, n_dec: np.ndarray, spec: float, n_pf: np.ndarray) -> np.ndarray:
-        """One Gated DeltaNet layer's core: decode reads and writes each sequence's state, prefill runs the
-        recurrence's FLOPs at the flash-attention fraction of the bf16 peak."""
+        """One Gated DeltaNet layer's cores: the decode kernel reads and writes each sequence's state (its FLOPs
+        at the flash-attention fraction of the bf16 peak, if slower), and prefill tokens run the engine's chunked
+        kernel (gdn_prefill_time), a kernel of its own."""
         m, gpu = self.model, self.cluster.gpu
         la = m.attention.linear
         if la is None:
             return np.zeros(np.broadcast(n_dec, self.lay.tp).shape)
         shape = kv_shape(m, self.precision.kv_cache)
         state = 2.0 * n_dec * shape.state_bytes / self.lay.tp
-        flops = (n_dec * spec + n_pf) * linear_attention_flops_per_token(la) / self.lay.tp
+        flops = n_dec * spec * linear_attention_flops_per_token(la) / self.lay.tp
         peak = gpu.peak_tflops["bf16"] * 1e12 * gpu.attention_fwd_fraction
-        return np.maximum(memory_bound_time(gpu, state), flops / peak + gpu.kernel_launch_us * 1e-6)
+        decode = np.maximum(memory_bound_time(gpu, state), flops / peak + gpu.kernel_launch_us * 1e-6)
+        prefill = gdn_prefill_time(gpu, self.engine, la, n_pf, 1.0 / self.lay.tp)
+        return np.where(np.asarray(n_dec) > 0, decode, 0.0) + prefill
 
     # ---- communication ----------------------------------------------------------------------------------
     def all_reduce(self, nbytes: np.ndarray, ranks: np.ndarray) -> np.ndarray:
