@@ -7,8 +7,8 @@ Reads `aic-core/src/aiconfigurator_core/systems/data/<gpu>/moe/<engine>/<version
 (ai-dynamo/aiconfigurator @ 095f58a for the shipped file) and keeps what benchmarks/moe_kernel_fit.py fits the
 engines' routed-expert ceilings to: per GPU system of SM100_SYSTEMS (the measured rows' systems but the RTX PRO
 6000) the first of each engine's VERSIONS with such rows, balanced routing, the routed-expert shapes of MODELS, the
-formats of FORMATS, moe_tp × moe_ep ≤ 8 and the token counts of TOKENS; configurations collected twice (the
-384-expert shape) are averaged. Seconds.
+formats of FORMATS, moe_tp × moe_ep ≤ 8 and the token counts of TOKENS; configurations collected more than once
+are averaged. Seconds.
 """
 
 from __future__ import annotations
@@ -24,9 +24,17 @@ from parplan.serving.cases import SYSTEMS
 MODELS = ("deepseek-ai/DeepSeek-R1", "moonshotai/Kimi-K2.5", "MiniMaxAI/MiniMax-M2.5", "Qwen/Qwen3-235B-A22B-FP8",
           "openai/gpt-oss-120b")
 """The shipped MoE models whose routed-expert layer shapes are kept."""
-VERSIONS = {"vllm": ("0.24.0",), "sglang": ("0.5.9", "0.5.10"), "trtllm": ("1.2.0rc5", "1.3.0rc10")}
+VERSIONS = {"vllm": ("0.24.0",), "sglang": ("0.5.14", "0.5.9", "0.5.10"), "trtllm": ("1.2.0rc5", "1.3.0rc10")}
 """vLLM's 0.24 collector builds FusedMoE, which picks the kernel as the engine does (its 0.19 one timed the Triton
-kernel directly); SGLang's and TensorRT-LLM's versions nearest the measured rows'."""
+kernel directly); SGLang's and TensorRT-LLM's versions nearest the measured rows', except SGLang on Blackwell
+(SGLANG_RUNNER)."""
+SGLANG_RUNNER = {"blackwell": ("0.5.14", "sglang_flashinfer_trtllm_moe")}
+"""The SGLang collector and MoE runner of each architecture whose deployments launch another runner than its own
+default: every InferenceX script that runs an MoE model on SGLang on Blackwell passes `--moe-runner-backend
+flashinfer_trtllm` (`--enable-flashinfer-trtllm-moe` before 2025-11-09; SemiAnalysisAI/InferenceX
+benchmarks/single_node/fixed_seq_len/{dsr1,qwen3.5,glm5}_*_b{2,3}00*.sh @843c6254f, dsr1_fp8_b200_docker.sh since
+425f74d51, 2025-09-12), which only SGLang 0.5.14's collector times; elsewhere the first version with rows, whose
+runner is SGLang's Triton fused MoE (cutedsl for NVFP4)."""
 FORMATS = {"bfloat16": "bf16", "fp8_block": "fp8", "nvfp4": "fp4", "w4a16_mxfp4": "fp4"}
 """aiconfigurator's MoE dtypes -> parplan's expert weight formats: fp4 is NVFP4 where the GPU has fp4 tensor cores,
 MXFP4 with 16-bit activations (W4A16) where it has not (serving.step.compute_format)."""
@@ -41,12 +49,21 @@ def rows(root: Path) -> list[dict[str, object]]:
         model = load_model(name)
         assert model.moe is not None
         shapes[(model.hidden, model.moe.expert_ffn, model.moe.top_k, model.moe.experts)] = name
-    fp4_cores = {system: load_cluster(cluster).gpu.supports_fp4 for system, cluster in SYSTEMS.items()}
+    gpus = {system: load_cluster(cluster).gpu for system, cluster in SYSTEMS.items()}
+    fp4_cores = {system: gpu.supports_fp4 for system, gpu in gpus.items()}
+
+    def runs(engine: str, version: str, system: str, kernel: str) -> bool:
+        """Whether the row's collector and kernel are the ones kept for its engine and GPU (SGLANG_RUNNER)."""
+        if engine != "sglang":
+            return True
+        wanted = SGLANG_RUNNER.get(gpus[system].arch)
+        return (version, kernel) == wanted if wanted else version != "0.5.14"
 
     def key_of(engine: str, version: str, system: str, r: dict) -> tuple | None:
         model = shapes.get((r["hidden_size"], r["inter_size"], r["topk"], r["num_experts"]))
         fmt = FORMATS.get(r["moe_dtype"])
-        if (model is None or fmt is None or r["distribution"] != "balanced" or r["num_tokens"] not in TOKENS
+        if (model is None or fmt is None or not runs(engine, version, system, r["kernel_source"])
+                or r["distribution"] != "balanced" or r["num_tokens"] not in TOKENS
                 or r["moe_tp_size"] * r["moe_ep_size"] > 8
                 or (fmt == "fp4" and fp4_cores[system] == (r["moe_dtype"] == "w4a16_mxfp4"))):
             return None
