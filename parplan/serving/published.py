@@ -36,7 +36,7 @@ import numpy as np
 
 from parplan._input import read_yaml
 from parplan.errors import ConfigError, ParplanError
-from parplan.hardware import deepep, load_cluster
+from parplan.hardware import deepep, load_cluster, nvlink_alltoall
 from parplan.limits import MAX_BATCH, MAX_SEQ
 from parplan.models import ModelSpec, load_model
 from parplan.planner import experts
@@ -364,15 +364,18 @@ def _phase(entry: _Entry, engine: str) -> Case:
                     deployment)
 
 
-def _deepep(entry: _Entry) -> Case:
-    """DeepEP V1 tables: low-latency dispatch/combine µs (NVLink-assisted kernels) and normal-kernel bottleneck
-    bandwidth, DeepSeek-V3 shapes on H800."""
-    if "V1" not in str(entry.raw.get("engine", "")):
-        raise ParplanError("DeepEP V2 (NCCL Gin) kernels are not modelled: the kernel model follows the V1 tables")
+def _kernel_comm(entry: _Entry) -> Case:
+    """MoE all-to-all kernel tables at DeepSeek-V3 shapes: TensorRT-LLM's one-sided NVLink kernel (dispatch and
+    combine µs on GB200), DeepEP V1's low-latency dispatch/combine µs (NVLink-assisted kernels) and normal-kernel
+    bottleneck bandwidth on H800."""
     work, layout = entry.section("workload"), entry.section("layout")
     params = {k: _number(entry, "workload", k, work.get(k), integer=True) for k in ("tokens_per_batch", "hidden",
                                                                                     "topk")}
     params["ep"] = float(_int(layout, "layout", "ep"))
+    if "NVLinkOneSided" in str(entry.raw.get("engine", "")):
+        return _special(entry, "trtllm", "nvlink_one_sided", params, ("dispatch_us", "combine_us"))
+    if "V1" not in str(entry.raw.get("engine", "")):
+        raise ParplanError("DeepEP V2 (NCCL Gin) kernels are not modelled: the kernel model follows the V1 tables")
     low_latency = "low-latency" in str(entry.raw.get("phase", ""))
     metrics = (("dispatch_us_with_nvlink", "combine_us_with_nvlink") if low_latency
                else ("dispatch_bottleneck_GBps", "combine_bottleneck_GBps"))
@@ -416,7 +419,7 @@ def read_published_yaml(path: str | Path) -> list[Case]:
             if any("unit_ambiguous" in k for k in base["measured"]):
                 raise ParplanError("the source leaves the unit of its figure ambiguous")
             if kind == "kernel_comm":
-                cases.append(_deepep(entry))
+                cases.append(_kernel_comm(entry))
                 continue
             if kind in REFUSED_KINDS:
                 raise ParplanError(REFUSED_KINDS[kind])
@@ -461,6 +464,13 @@ def evaluate_special(case: Case, engine: Engine) -> dict[str, float]:
     """Predicted figures of a case that is not a closed loop (kinds above)."""
     p = case.params
     out: dict[str, float] = {}
+    if case.kind == "nvlink_one_sided":
+        cluster = load_cluster(case.cluster, gpus=int(p["ep"]))  # type: ignore[arg-type]
+        # the benchmark's perfect router sends each token to min(ep, top_k) ranks, in BF16 both ways
+        logical = p["tokens_per_batch"] * min(p["ep"], p["topk"]) * 2.0 * p["hidden"]
+        out["dispatch_us"] = float(nvlink_alltoall.dispatch_time(cluster, logical, p["ep"])) * 1e6
+        out["combine_us"] = float(nvlink_alltoall.combine_time(cluster, logical, p["ep"])) * 1e6
+        return out
     if case.kind in ("deepep_ll", "deepep_normal"):
         cluster = load_cluster(case.cluster, gpus=int(p["ep"]))  # type: ignore[arg-type]
         per_node = cluster.gpus_per_node

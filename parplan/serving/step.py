@@ -6,8 +6,9 @@ time or weight streaming, whichever is slower, efficiency.gemm_time), attention 
 cache, efficiency.decode_attention_time; prefill tokens run flash attention, efficiency.flash_attention_time),
 the elementwise kernels between them, and the communication of its layout: the TP all-reduces (the engine's
 one-shot kernel inside a node, NCCL across nodes), and for MoE layers the token exchange of the expert group
-(an all-reduce without attention DP; under attention DP a gather/reduce-scatter, an all-to-all, or DeepEP's
-normal kernels for prefill and low-latency kernels for decode, hardware.deepep). Routed experts run as grouped
+(an all-reduce without attention DP; under attention DP a gather/reduce-scatter, an all-to-all (the one-sided NVLink
+kernel inside one NVLink domain, hardware.nvlink_alltoall), or DeepEP's normal kernels for prefill and low-latency
+kernels for decode, hardware.deepep). Routed experts run as grouped
 GEMMs over the experts that received tokens, on the busiest EP rank. A pipeline passes each micro-batch
 through all stages, so a step's latency is the sum over all layers. The engine adds host time per step.
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from parplan.hardware import deepep
+from parplan.hardware import deepep, nvlink_alltoall
 from parplan.hardware.efficiency import (
     DTYPE_BYTES,
     Collective,
@@ -280,8 +281,15 @@ class StepModel:
                      + collective_time(cl, Collective.REDUCE_SCATTER, gathered * ACT_BYTES, group, dom))
         fp8 = self.precision.moe in ("fp8", "fp4")
         copies = tokens * moe.top_k
-        alltoall = (collective_time(cl, Collective.ALL_TO_ALL, copies * deepep.token_bytes(h, fp8), group, dom)
-                    + collective_time(cl, Collective.ALL_TO_ALL, copies * h * ACT_BYTES, group, dom))
+        # Inside one NVLink domain the all-to-all is the one-sided kernel (a token once per rank it reaches, its
+        # payload quantised as the experts take it); past it, NCCL's all-to-all of every copy.
+        payload = np.where(nvfp4, DTYPE_BYTES["fp4"] * h, deepep.token_bytes(h, fp8))
+        reached = tokens * self._ranks_reached(lay.moe_ep)
+        one_sided = (nvlink_alltoall.dispatch_time(cl, reached * payload, lay.moe_ep)
+                     + nvlink_alltoall.combine_time(cl, reached * h * ACT_BYTES, lay.moe_ep))
+        nccl = (collective_time(cl, Collective.ALL_TO_ALL, copies * deepep.token_bytes(h, fp8), group, dom)
+                + collective_time(cl, Collective.ALL_TO_ALL, copies * h * ACT_BYTES, group, dom))
+        alltoall = np.where(group <= cl.scaleup_domain, one_sided, nccl)
         if mixed:
             nodes = np.maximum(group / dom, 1.0)
             remote = self._remote_nodes(nodes)
@@ -296,6 +304,19 @@ class StepModel:
         with_dp = np.select([backend == A2A_BACKENDS.index("allgather"), backend == A2A_BACKENDS.index("alltoall")],
                             [allgather, alltoall], ep_time)
         return np.where(lay.dp > 1, with_dp, no_dp)
+
+    def _ranks_reached(self, ranks: np.ndarray) -> np.ndarray:
+        """EP ranks a token's experts sit on, its own included (uniform routing over whole experts evenly spread;
+        min(top_k, ranks) where the experts do not divide evenly)."""
+        moe = self.model.moe
+        assert moe is not None
+        out = np.zeros(np.shape(ranks))
+        for n in np.unique(np.asarray(ranks).astype(np.int64)):
+            n = int(n)
+            r = (experts.expected_nodes_touched(moe.experts, moe.top_k, n) if moe.experts % n == 0
+                 else float(min(moe.top_k, n)))
+            out = np.where(np.asarray(ranks).astype(np.int64) == n, r, out)
+        return out
 
     def _remote_nodes(self, nodes: np.ndarray) -> np.ndarray:
         """Remote nodes a token's experts sit on (DeepEP normal kernels send one copy to each), uniform
