@@ -320,3 +320,28 @@ def test_one_sided_all_to_all_in_a_decode_step():
     combine = 30e-6 + 64 * reached * 7168 * 2 / (900e9 * 0.5**0.13)
     step = sm.step(np.array([64.0]), np.array([1500.0]), 0.0, 0.0, 0.0)
     assert float(step.moe_comm[0]) == pytest.approx(58 * (dispatch + combine), rel=1e-6)
+
+
+def test_deepep_low_latency_no_faster_than_the_one_sided_kernel():
+    """SGLang's DeepEP low-latency decode exchange on 48 GB200 (attention DP 48, EP 48, 16 sequences a rank): DeepEP's
+    model scales H800's NVLink figures to NVLink5 (a few µs), but inside one NVLink domain no exchange beats the
+    one-sided kernel TensorRT-LLM measured as the fastest there, floors included. 256 experts do not divide evenly
+    over 48 ranks, so a token reaches min(8, 48) = 8 of them: 18 µs + 16 × 8 × 7,392 bytes (fp8 with its scales) and
+    30 µs + 16 × 8 × 14,336 bytes, at 900 GB/s × (8/48)^0.13, per MoE layer."""
+    from parplan.models import load_model
+    from parplan.serving.layout import PoolArrays
+    from parplan.serving.spec import Pool, Precision
+    from parplan.serving.step import StepModel
+
+    m = load_model("deepseek-ai/DeepSeek-R1")
+    cl = load_cluster("gb200-nvl72", gpus=48)
+    pool = Pool(tp=1, dp=48, moe_ep=48, a2a="deepep")
+    sm = StepModel(m, cl, load_engine("sglang"), Precision(gemm="fp8", moe="fp8"), PoolArrays.from_pools([pool]))
+    bandwidth = 900e9 * (8 / 48) ** 0.13
+    floor = (18e-6 + 16 * 8 * 7392 / bandwidth) + (30e-6 + 16 * 8 * 14336 / bandwidth)
+    copies = 16 * TOP_K
+    deepep_only = float(deepep.low_latency_time(cl, copies * deepep.token_bytes(HIDDEN, True), 48, 48)
+                        + deepep.low_latency_time(cl, copies * deepep.token_bytes(HIDDEN, False), 48, 48))
+    assert deepep_only < floor
+    step = sm.step(np.array([16.0]), np.array([1500.0]), 0.0, 0.0, 0.0)
+    assert float(step.moe_comm[0]) == pytest.approx(58 * floor, rel=1e-6)

@@ -289,7 +289,8 @@ class StepModel:
                      + nvlink_alltoall.combine_time(cl, reached * h * ACT_BYTES, lay.moe_ep))
         nccl = (collective_time(cl, Collective.ALL_TO_ALL, copies * deepep.token_bytes(h, fp8), group, dom)
                 + collective_time(cl, Collective.ALL_TO_ALL, copies * h * ACT_BYTES, group, dom))
-        alltoall = np.where(group <= cl.scaleup_domain, one_sided, nccl)
+        inside = group <= cl.scaleup_domain
+        alltoall = np.where(inside, one_sided, nccl)
         if mixed:
             nodes = np.maximum(group / dom, 1.0)
             remote = self._remote_nodes(nodes)
@@ -300,6 +301,10 @@ class StepModel:
         else:
             ep_time = (deepep.low_latency_time(cl, copies * deepep.token_bytes(h, fp8), group, dom)
                        + deepep.low_latency_time(cl, copies * deepep.token_bytes(h, False), group, dom))
+        # DeepEP's kernels scale H800's NVLink figures to the link; inside one NVLink domain none is faster than the
+        # one-sided kernel, which TensorRT-LLM measured as the fastest MoE exchange there (blog18 @22de8b3: "the best
+        # performance among known MoE communication implementations for inference"), floors included.
+        ep_time = np.where(inside, np.maximum(ep_time, one_sided), ep_time)
         backend = self.a2a_backend(mixed)
         with_dp = np.select([backend == A2A_BACKENDS.index("allgather"), backend == A2A_BACKENDS.index("alltoall")],
                             [allgather, alltoall], ep_time)
