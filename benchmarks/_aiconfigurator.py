@@ -14,7 +14,7 @@ from parplan.serving.cases import SYSTEMS
 DATABASE = Path("aic-core", "src", "aiconfigurator_core", "systems", "data")
 """The kernel database inside a checkout: <gpu system>/<op>/<engine>/<version>/<op>_perf.parquet."""
 
-SM100_SYSTEMS = tuple(s for s in SYSTEMS if not s.startswith("rtx_pro_6000"))
+FITTED_SYSTEMS = tuple(s for s in SYSTEMS if not s.startswith("rtx_pro_6000"))
 """The GPU systems whose kernels the engine tables are fitted to. The RTX PRO 6000 (sm_120) shares parplan's
 `blackwell` architecture with B200-GB300 (sm_100) but runs other kernels (its collectors' MoE and GDN rates lie 2x
 from theirs), so its samples, which would bias the sm_100 fits, are left out."""

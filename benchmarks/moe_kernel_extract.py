@@ -5,7 +5,7 @@
 
 Reads `aic-core/src/aiconfigurator_core/systems/data/<gpu>/moe/<engine>/<version>/moe_perf.parquet` of a checkout
 (ai-dynamo/aiconfigurator @ 095f58a for the shipped file) and keeps what benchmarks/moe_kernel_fit.py fits the
-engines' routed-expert ceilings to: per GPU system of SM100_SYSTEMS (the measured rows' systems but the RTX PRO
+engines' routed-expert ceilings to: per GPU system of FITTED_SYSTEMS (the measured rows' systems but the RTX PRO
 6000) the first of each engine's VERSIONS with such rows, balanced routing, the routed-expert shapes of MODELS, the
 formats of FORMATS, moe_tp × moe_ep ≤ 8 and the token counts of TOKENS; configurations collected more than once
 are averaged. Seconds.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from _aiconfigurator import SM100_SYSTEMS, collect, rebuild  # benchmarks/, beside this script
+from _aiconfigurator import FITTED_SYSTEMS, collect, rebuild  # benchmarks/, beside this script
 
 from parplan.hardware.presets import load_cluster
 from parplan.models import load_model
@@ -70,7 +70,7 @@ def rows(root: Path) -> list[dict[str, object]]:
         return (engine, version, r["kernel_source"], system, fmt, model, r["num_tokens"], r["moe_tp_size"],
                 r["moe_ep_size"])
 
-    return collect(root, "moe/moe", VERSIONS, SM100_SYSTEMS, key_of, COLUMNS)
+    return collect(root, "moe/moe", VERSIONS, FITTED_SYSTEMS, key_of, COLUMNS)
 
 
 def main() -> None:

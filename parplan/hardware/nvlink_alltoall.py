@@ -21,16 +21,18 @@ from parplan.hardware.efficiency import ArrayLike
 from parplan.hardware.spec import ClusterSpec
 
 DISPATCH_US = 18.0
-"""Dispatch floor: 17.6-19.8 µs at 1-32 tokens per rank on EP 8-32 (the blog's tables; EP 64 20.4-29.1)."""
+"""Dispatch floor: 17.6-19.8 µs at 1-16 tokens per rank on EP 8-32 (the blog's tables, measured on GB200 and taken
+for every NVLink domain; EP 64 20.4-29.1)."""
 
 COMBINE_US = 30.0
-"""Combine floor: 30.8-33.4 µs at 1-16 tokens per rank on EP 8-64; the top-k reduction and the barrier before the
-pull make it the longer phase."""
+"""Combine floor: 30.8-33.4 µs at 1-16 tokens per rank on EP 8-32 (35.0 on EP 64); the top-k reduction and the
+barrier before the pull make it the longer phase."""
 
 GROUP_DECAY = 0.13
 """Bandwidth falls as (8 / ranks)^0.13 beyond 8 ranks ('increased synchronization overhead inside the larger
 communication domain'): at 2,048 tokens the logical bandwidth goes 753 / 684 / 629 / 588 GB/s (dispatch) from EP 8 to
-64, of the 900 GB/s line rate; least squares on both tables gives 0.17 (dispatch) and 0.10 (combine)."""
+64, of the 900 GB/s line rate; a least-squares fit of floor, rate and decay to all 48 points of each table (log error)
+gives 0.17 (dispatch) and 0.10 (combine), one on the batches of 256 and more with the floor removed 0.15 and 0.11."""
 
 
 def logical_bandwidth(cluster: ClusterSpec, ranks: ArrayLike) -> np.ndarray:
@@ -40,14 +42,23 @@ def logical_bandwidth(cluster: ClusterSpec, ranks: ArrayLike) -> np.ndarray:
     return cluster.scaleup.bandwidth_gbps * 1e9 * (np.minimum(r, 8.0) / r) ** GROUP_DECAY
 
 
+def _phase_time(floor_us: float, cluster: ClusterSpec, logical_bytes: ArrayLike, ranks: ArrayLike) -> np.ndarray:
+    t = floor_us * 1e-6 + np.asarray(logical_bytes, dtype=float) / logical_bandwidth(cluster, ranks)
+    return np.where(np.asarray(ranks) > 1, t, 0.0)
+
+
 def dispatch_time(cluster: ClusterSpec, logical_bytes: ArrayLike, ranks: ArrayLike) -> np.ndarray:
     """Seconds of one dispatch in which a rank sends `logical_bytes`: its tokens x the ranks each reaches x the
     payload's bytes per token (scales included)."""
-    t = DISPATCH_US * 1e-6 + np.asarray(logical_bytes, dtype=float) / logical_bandwidth(cluster, ranks)
-    return np.where(np.asarray(ranks) > 1, t, 0.0)
+    return _phase_time(DISPATCH_US, cluster, logical_bytes, ranks)
 
 
 def combine_time(cluster: ClusterSpec, logical_bytes: ArrayLike, ranks: ArrayLike) -> np.ndarray:
     """Seconds of one combine pulling `logical_bytes` (the same count of token copies, in the output's dtype)."""
-    t = COMBINE_US * 1e-6 + np.asarray(logical_bytes, dtype=float) / logical_bandwidth(cluster, ranks)
-    return np.where(np.asarray(ranks) > 1, t, 0.0)
+    return _phase_time(COMBINE_US, cluster, logical_bytes, ranks)
+
+
+def benchmark_bytes(tokens: ArrayLike, ranks: ArrayLike, top_k: ArrayLike, token_bytes: ArrayLike) -> np.ndarray:
+    """Logical bytes of the blog's benchmark (bench_moe_comm.py --perfect_router): each token reaches min(ranks,
+    top_k) ranks."""
+    return np.asarray(tokens, dtype=float) * np.minimum(ranks, top_k) * np.asarray(token_bytes, dtype=float)

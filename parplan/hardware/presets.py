@@ -9,7 +9,7 @@ A cluster file has the preset schema (see parplan/data/hardware/h100.yaml)::
           gemm_peak_fraction: {...}, attention_fwd_fraction, ...}
     node: {gpus_per_node, scaleup_domain}
     scaleup: {name, bandwidth_gbps, busbw_gbps, allreduce_busbw_gbps, ring_step_us, tree_step_us, nvls_us,
-              per_peer_gbps, one_shot_allreduce}
+              per_peer_gbps, one_shot_allreduce, symmetric_memory}
     scaleout: {name, bandwidth_gbps, busbw_gbps, ring_step_us, tree_step_us}
     calibration: {compute_scale, nvlink_overlap_cost, nic_overlap_cost}   # optional, from parplan calibrate
     sources: {field.path: "where the number comes from"}

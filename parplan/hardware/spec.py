@@ -143,6 +143,10 @@ class LinkSpec:
     run over this link: over NVLink and xGMI they do; over PCIe vLLM and SGLang turn them off beyond two GPUs
     (vllm custom_all_reduce.py: 'not supported on more than two PCIe-only GPUs'), so a TP all-reduce of more than
     two is NCCL's (StepModel.all_reduce)."""
+    symmetric_memory: bool = True
+    """Whether the GPUs of one domain map each other's memory over this link (NVLink symmetric memory, VMM handles
+    over the NVLink fabric): the one-sided MoE all-to-all runs only then ('This works within a single NVLink domain',
+    TensorRT-LLM blog18; hardware.nvlink_alltoall); over PCIe the MoE exchange is NCCL's."""
 
     def __post_init__(self) -> None:
         require([

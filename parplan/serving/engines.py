@@ -155,7 +155,8 @@ class Engine:
     gdn_prefill_fraction: tuple[tuple[str, float], ...] = ()
     """(GPU architecture, fraction): the share of the GPU's bf16 peak at which the engine's chunked Gated DeltaNet
     prefill kernel runs the recurrence's FLOPs (benchmarks/gdn_kernel_fit.py on data/serving/gdn_kernels.csv); where
-    not listed, the flash-attention fraction (GPUSpec.attention_fwd_fraction)."""
+    not listed, the lowest listed share (no collector timed it there, and the flash-attention rate would be an order
+    of magnitude fast), or the flash-attention fraction where none is."""
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     batch_wait: BatchWait | None = None
     """The batch waiting a deployment launches it with (configured); None = off."""
@@ -235,7 +236,8 @@ class Engine:
 
     def gdn_fraction(self, gpu: GPUSpec) -> float:
         """The share of `gpu`'s bf16 peak its chunked Gated DeltaNet prefill runs at (gdn_prefill_fraction)."""
-        return next((f for a, f in self.gdn_prefill_fraction if a == gpu.arch), gpu.attention_fwd_fraction)
+        listed = dict(self.gdn_prefill_fraction)
+        return listed.get(gpu.arch, min(listed.values(), default=gpu.attention_fwd_fraction))
 
     def default_kv_dtype(self, weights: str) -> str:
         """The KV-cache format the engine picks when not told, for weights stored as `weights`."""

@@ -4,8 +4,8 @@ median.
 
 The samples (data/serving/gdn_kernels.csv; provenance in data/serving/SOURCES.md) are aiconfigurator's measured
 `chunk_gated_delta_rule` context kernels (FLA's Triton kernels as SGLang, TensorRT-LLM and vLLM call them) at the
-Qwen3.5 models' GDN head shapes over 1-16 GPUs and 1,024-524,288 tokens. They run at 1.5-3.5 ns per token and value
-head on H100-B300 (65-30 TFLOP/s of the recurrence's FLOPs), not at the tensor cores' rate:
+Qwen3.5 models' GDN head shapes over 1-16 GPUs and 1,024-2,097,152 tokens. They run at 1.5-3.5 ns per token and
+value head on H100-GB300 (29-63 TFLOP/s of the recurrence's FLOPs), not at the tensor cores' rate:
 benchmarks/gdn_kernel_fit.py prints the fit; engines.yaml carries its result.
 """
 
@@ -81,9 +81,12 @@ def median_error(errors: np.ndarray) -> float:
 
 
 def with_fraction(engine: Engine, arch: str, fraction: float | None) -> Engine:
-    """The engine with one entry of its table set (None: removed, so the flash-attention fraction applies)."""
+    """The engine with one entry of its table set (None: the table emptied, so the flash-attention fraction
+    applies, as it did before the table)."""
+    if fraction is None:
+        return dataclasses.replace(engine, gdn_prefill_fraction=())
     table = tuple(e for e in engine.gdn_prefill_fraction if e[0] != arch)
-    return dataclasses.replace(engine, gdn_prefill_fraction=table + (() if fraction is None else ((arch, fraction),)))
+    return dataclasses.replace(engine, gdn_prefill_fraction=(*table, (arch, fraction)))
 
 
 def fit_fraction(engine: Engine, arch: str, group: tuple[GdnSample, ...]) -> float:

@@ -15,7 +15,7 @@ per measured figure, named as the file names it:
   sequences;
 - phase_isolated / profile_derived (SGLang and DeepSeek EP deployments): prefill tokens/s per GPU of a prefill
   step, decode tokens/s per GPU of a decode step at the stated batch and context;
-- kernel_comm (DeepEP V1 tables): one dispatch or combine.
+- kernel_comm (DeepEP V1 tables, TensorRT-LLM's one-sided NVLink all-to-all table): one dispatch or combine.
 
 Everything else (production averages, headlines, layout-only entries, MLPerf runs whose input lengths the
 dataset defines) is kept as a case refused with the reason, as are entries on GPUs without a preset, engines
@@ -466,8 +466,7 @@ def evaluate_special(case: Case, engine: Engine) -> dict[str, float]:
     out: dict[str, float] = {}
     if case.kind == "nvlink_one_sided":
         cluster = load_cluster(case.cluster, gpus=int(p["ep"]))  # type: ignore[arg-type]
-        # the benchmark's perfect router sends each token to min(ep, top_k) ranks, in BF16 both ways
-        logical = p["tokens_per_batch"] * min(p["ep"], p["topk"]) * 2.0 * p["hidden"]
+        logical = nvlink_alltoall.benchmark_bytes(p["tokens_per_batch"], p["ep"], p["topk"], 2.0 * p["hidden"])
         out["dispatch_us"] = float(nvlink_alltoall.dispatch_time(cluster, logical, p["ep"])) * 1e6
         out["combine_us"] = float(nvlink_alltoall.combine_time(cluster, logical, p["ep"])) * 1e6
         return out

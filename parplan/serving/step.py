@@ -275,21 +275,24 @@ class StepModel:
         dom = np.minimum(group, cl.scaleup_domain)
         no_dp = self.all_reduce(tokens * h * ACT_BYTES, lay.tp)
         gathered = tokens * lay.dp * h
-        nvfp4 = compute_format(cl.gpu.supports_fp4, cl.gpu.supports_fp8, self.precision.moe)[0] == "fp4"
+        moe_cdt = compute_format(cl.gpu.supports_fp4, cl.gpu.supports_fp8, self.precision.moe)[0]
+        nvfp4 = moe_cdt == "fp4"
         gather_bytes = DTYPE_BYTES["fp4"] if self.engine.fp4_gather and nvfp4 else ACT_BYTES
         allgather = (collective_time(cl, Collective.ALL_GATHER, gathered * gather_bytes, group, dom)
                      + collective_time(cl, Collective.REDUCE_SCATTER, gathered * ACT_BYTES, group, dom))
-        fp8 = self.precision.moe in ("fp8", "fp4")
+        # 8-bit payloads where the experts' GEMMs take 8- or 4-bit inputs (Hopper's 4-bit weights run W4A16)
+        fp8 = moe_cdt in ("fp8", "fp4")
         copies = tokens * moe.top_k
-        # Inside one NVLink domain the all-to-all is the one-sided kernel (a token once per rank it reaches, its
-        # payload quantised as the experts take it); past it, NCCL's all-to-all of every copy.
+        # Whole experts inside one NVLink domain exchange through the one-sided kernel (a token once per rank it
+        # reaches, its payload quantised as the experts take it); tensor-sharded experts, PCIe domains and groups
+        # past the domain through NCCL's all-to-all of every copy.
         payload = np.where(nvfp4, DTYPE_BYTES["fp4"] * h, deepep.token_bytes(h, fp8))
         reached = tokens * self._ranks_reached(lay.moe_ep)
         one_sided = (nvlink_alltoall.dispatch_time(cl, reached * payload, lay.moe_ep)
                      + nvlink_alltoall.combine_time(cl, reached * h * ACT_BYTES, lay.moe_ep))
         nccl = (collective_time(cl, Collective.ALL_TO_ALL, copies * deepep.token_bytes(h, fp8), group, dom)
                 + collective_time(cl, Collective.ALL_TO_ALL, copies * h * ACT_BYTES, group, dom))
-        inside = group <= cl.scaleup_domain
+        inside = (group <= cl.scaleup_domain) & cl.scaleup.symmetric_memory & (lay.moe_tp == 1)
         alltoall = np.where(inside, one_sided, nccl)
         if mixed:
             nodes = np.maximum(group / dom, 1.0)
@@ -303,8 +306,11 @@ class StepModel:
                        + deepep.low_latency_time(cl, copies * deepep.token_bytes(h, False), group, dom))
         # DeepEP's kernels scale H800's NVLink figures to the link; inside one NVLink domain none is faster than the
         # one-sided kernel, which TensorRT-LLM measured as the fastest MoE exchange there (blog18 @22de8b3: "the best
-        # performance among known MoE communication implementations for inference"), floors included.
-        ep_time = np.where(inside, np.maximum(ep_time, one_sided), ep_time)
+        # performance among known MoE communication implementations for inference"), floors included, with DeepEP's
+        # own payload (fp8 or 16-bit dispatch, 16-bit combine).
+        bound = (nvlink_alltoall.dispatch_time(cl, reached * deepep.token_bytes(h, fp8), lay.moe_ep)
+                 + nvlink_alltoall.combine_time(cl, reached * h * ACT_BYTES, lay.moe_ep))
+        ep_time = np.where(inside, np.maximum(ep_time, bound), ep_time)
         backend = self.a2a_backend(mixed)
         with_dp = np.select([backend == A2A_BACKENDS.index("allgather"), backend == A2A_BACKENDS.index("alltoall")],
                             [allgather, alltoall], ep_time)
