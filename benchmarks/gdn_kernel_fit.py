@@ -12,7 +12,8 @@ Seconds on 2 cores.
 from __future__ import annotations
 
 from parplan.serving.engines import load_engine
-from parplan.serving.gdn_kernels import fit_fraction, log_errors, median_error, samples, with_fraction
+from parplan.serving.gdn_kernels import fit_fraction, log_errors, samples, with_fraction
+from parplan.serving.kernel_fit import median_error
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from parplan.hardware import deepep, load_cluster, nvlink_alltoall
 from parplan.hardware.efficiency import decode_attention_time, gemm_time
 from parplan.serving import gdn_kernels, moe_kernels
 from parplan.serving.engines import engines_file, load_engine, read_engines
+from parplan.serving.kernel_fit import median_error
 
 H800 = load_cluster("h800", gpus=256)
 HIDDEN, TOP_K = 7168, 8
@@ -156,7 +157,7 @@ def test_moe_kernel_table_reproduces_the_micro_benchmarks(key):
     fraction = engine.moe_fraction(arch, weights)
     if fraction is not None:
         assert abs(np.median(errors)) < 0.0005 / fraction
-        assert moe_kernels.median_error(errors) < 0.25
+        assert median_error(errors) < 0.25
     else:
         assert np.median(errors) <= 0.0
 
@@ -229,7 +230,7 @@ def test_gdn_prefill_table_reproduces_the_micro_benchmarks(key):
     errors = gdn_kernels.log_errors(engine, group)
     share = next(f for a, f in engine.gdn_prefill_fraction if a == arch)
     assert abs(np.median(errors)) < 0.00005 / share
-    assert gdn_kernels.median_error(errors) < 0.30
+    assert median_error(errors) < 0.30
     flash = gdn_kernels.log_errors(gdn_kernels.with_fraction(engine, arch, None), group)
     assert np.median(flash) > math.log(5.0)
 

@@ -58,6 +58,14 @@ def combine_time(cluster: ClusterSpec, logical_bytes: ArrayLike, ranks: ArrayLik
     return _phase_time(COMBINE_US, cluster, logical_bytes, ranks)
 
 
+def exchange_time(cluster: ClusterSpec, copies: ArrayLike, dispatch_bytes: ArrayLike, combine_bytes: ArrayLike,
+                  ranks: ArrayLike) -> np.ndarray:
+    """Seconds of one dispatch and its combine over `copies` token copies a rank sends (its tokens x the ranks each
+    reaches), of `dispatch_bytes` and `combine_bytes` a copy."""
+    c = np.asarray(copies, dtype=float)
+    return dispatch_time(cluster, c * dispatch_bytes, ranks) + combine_time(cluster, c * combine_bytes, ranks)
+
+
 def benchmark_bytes(tokens: ArrayLike, ranks: ArrayLike, top_k: ArrayLike, token_bytes: ArrayLike) -> np.ndarray:
     """Logical bytes of the blog's benchmark (bench_moe_comm.py --perfect_router): each token reaches min(ranks,
     top_k) ranks."""

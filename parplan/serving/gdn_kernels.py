@@ -24,6 +24,7 @@ from parplan.hardware.presets import load_cluster
 from parplan.models.spec import LinearAttentionSpec
 from parplan.serving.cases import SYSTEMS
 from parplan.serving.engines import Engine
+from parplan.serving.kernel_fit import zero_median_rate
 from parplan.serving.step import gdn_prefill_time
 
 
@@ -75,11 +76,6 @@ def log_errors(engine: Engine, group: tuple[GdnSample, ...]) -> np.ndarray:
     return np.concatenate(out)
 
 
-def median_error(errors: np.ndarray) -> float:
-    """Median absolute relative error of times whose log errors (log(measured / predicted)) are `errors`."""
-    return float(np.median(np.abs(np.expm1(errors))))
-
-
 def with_fraction(engine: Engine, arch: str, fraction: float | None) -> Engine:
     """The engine with one entry of its table set (None: the table emptied, so the flash-attention fraction
     applies, as it did before the table)."""
@@ -92,9 +88,4 @@ def with_fraction(engine: Engine, arch: str, fraction: float | None) -> Engine:
 def fit_fraction(engine: Engine, arch: str, group: tuple[GdnSample, ...]) -> float:
     """The share of the bf16 peak with zero median log error (bisection: a higher share predicts a faster kernel,
     so the error rises with it), to four decimals."""
-    lo, hi = 1e-4, 1.0
-    for _ in range(40):
-        mid = 0.5 * (lo + hi)
-        above = np.median(log_errors(with_fraction(engine, arch, mid), group)) > 0
-        lo, hi = (lo, mid) if above else (mid, hi)
-    return round(0.5 * (lo + hi), 4)
+    return zero_median_rate(lambda f: log_errors(with_fraction(engine, arch, f), group), 1e-4, 1.0, 40, 4)

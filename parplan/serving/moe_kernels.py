@@ -24,6 +24,7 @@ from parplan.hardware.presets import load_cluster
 from parplan.models import load_model
 from parplan.serving.cases import SYSTEMS
 from parplan.serving.engines import Engine
+from parplan.serving.kernel_fit import zero_median_rate
 from parplan.serving.layout import PoolArrays
 from parplan.serving.spec import Pool, Precision
 from parplan.serving.step import StepModel, compute_format
@@ -79,11 +80,6 @@ def log_errors(engine: Engine, group: tuple[KernelSample, ...]) -> np.ndarray:
     return np.concatenate(out)
 
 
-def median_error(errors: np.ndarray) -> float:
-    """Median absolute relative error of times whose log errors (log(measured / predicted)) are `errors`."""
-    return float(np.median(np.abs(np.expm1(errors))))
-
-
 def with_fraction(engine: Engine, arch: str, weights: str, fraction: float | None) -> Engine:
     """The engine with one entry of its table set (None: removed, so the dense GEMM ceiling applies)."""
     table = tuple(e for e in engine.moe_gemm_fraction if (e[0], e[1]) != (arch, weights))
@@ -107,9 +103,5 @@ def fit_fraction(engine: Engine, key: Group, group: tuple[KernelSample, ...]) ->
     _, arch, weights = key
     if np.median(log_errors(with_fraction(engine, arch, weights, None), group)) <= 0:
         return None
-    lo, hi = 0.01, dense_fraction(group)
-    for _ in range(30):
-        mid = 0.5 * (lo + hi)
-        above = np.median(log_errors(with_fraction(engine, arch, weights, mid), group)) > 0
-        lo, hi = (lo, mid) if above else (mid, hi)
-    return round(0.5 * (lo + hi), 3)
+    return zero_median_rate(lambda f: log_errors(with_fraction(engine, arch, weights, f), group), 0.01,
+                            dense_fraction(group), 30, 3)

@@ -18,6 +18,7 @@ Every function is numpy-broadcastable over layouts (PoolArrays) and step composi
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -141,6 +142,15 @@ def gdn_prefill_time(gpu: GPUSpec, engine: Engine, la: LinearAttentionSpec, toke
     flops = np.asarray(tokens, dtype=float) * linear_attention_flops_per_token(la) * heads_share
     peak = gpu.peak_tflops["bf16"] * 1e12 * engine.gdn_fraction(gpu)
     return np.where(np.asarray(tokens) > 0, flops / peak + GDN_PREFILL_KERNELS * gpu.kernel_launch_us * 1e-6, 0.0)
+
+
+def _per_size(sizes: np.ndarray, value: Callable[[int], float]) -> np.ndarray:
+    """value(n) for every whole group size n of `sizes` (an array over layouts), computed once per distinct size."""
+    whole = np.asarray(sizes).astype(np.int64)
+    out = np.zeros(np.shape(whole))
+    for n in np.unique(whole):
+        out = np.where(whole == n, value(int(n)), out)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,8 +298,7 @@ class StepModel:
         # past the domain through NCCL's all-to-all of every copy.
         payload = np.where(nvfp4, DTYPE_BYTES["fp4"] * h, deepep.token_bytes(h, fp8))
         reached = tokens * self._ranks_reached(lay.moe_ep)
-        one_sided = (nvlink_alltoall.dispatch_time(cl, reached * payload, lay.moe_ep)
-                     + nvlink_alltoall.combine_time(cl, reached * h * ACT_BYTES, lay.moe_ep))
+        one_sided = nvlink_alltoall.exchange_time(cl, reached, payload, h * ACT_BYTES, lay.moe_ep)
         nccl = (collective_time(cl, Collective.ALL_TO_ALL, copies * deepep.token_bytes(h, fp8), group, dom)
                 + collective_time(cl, Collective.ALL_TO_ALL, copies * h * ACT_BYTES, group, dom))
         inside = (group <= cl.scaleup_domain) & cl.scaleup.symmetric_memory & (lay.moe_tp == 1)
@@ -308,8 +317,7 @@ class StepModel:
         # one-sided kernel, which TensorRT-LLM measured as the fastest MoE exchange there (blog18 @22de8b3: "the best
         # performance among known MoE communication implementations for inference"), floors included, with DeepEP's
         # own payload (fp8 or 16-bit dispatch, 16-bit combine).
-        bound = (nvlink_alltoall.dispatch_time(cl, reached * deepep.token_bytes(h, fp8), lay.moe_ep)
-                 + nvlink_alltoall.combine_time(cl, reached * h * ACT_BYTES, lay.moe_ep))
+        bound = nvlink_alltoall.exchange_time(cl, reached, deepep.token_bytes(h, fp8), h * ACT_BYTES, lay.moe_ep)
         ep_time = np.where(inside, np.maximum(ep_time, bound), ep_time)
         backend = self.a2a_backend(mixed)
         with_dp = np.select([backend == A2A_BACKENDS.index("allgather"), backend == A2A_BACKENDS.index("alltoall")],
@@ -321,31 +329,25 @@ class StepModel:
         min(top_k, ranks) where the experts do not divide evenly)."""
         moe = self.model.moe
         assert moe is not None
-        out = np.zeros(np.shape(ranks))
-        for n in np.unique(np.asarray(ranks).astype(np.int64)):
-            n = int(n)
-            r = (experts.expected_nodes_touched(moe.experts, moe.top_k, n) if moe.experts % n == 0
-                 else float(min(moe.top_k, n)))
-            out = np.where(np.asarray(ranks).astype(np.int64) == n, r, out)
-        return out
+        return _per_size(ranks, lambda n: experts.expected_nodes_touched(moe.experts, moe.top_k, n)
+                         if moe.experts % n == 0 else float(min(moe.top_k, n)))
 
     def _remote_nodes(self, nodes: np.ndarray) -> np.ndarray:
         """Remote nodes a token's experts sit on (DeepEP normal kernels send one copy to each), uniform
         routing over the group's nodes, capped by node-limited routing (planner.experts)."""
         moe = self.model.moe
         assert moe is not None
-        out = np.zeros(np.shape(nodes))
-        for n in np.unique(nodes.astype(np.int64)):
-            n = int(n)
+
+        def remote(n: int) -> float:
             if n <= 1:
-                continue
+                return 0.0
             r = (experts.expected_remote_nodes(moe.experts, moe.top_k, n) if moe.experts % n == 0
                  else experts.remote_copies(moe.top_k, n))
             if moe.group_limited:
                 r = min(r, experts.node_limited(moe.top_k, n, experts.max_nodes_per_token(
                     moe.n_group, moe.topk_group, n)))
-            out = np.where(nodes.astype(np.int64) == n, r, out)
-        return out
+            return r
+        return _per_size(nodes, remote)
 
     # ---- routed experts ---------------------------------------------------------------------------------
     def experts(self, tokens: np.ndarray) -> np.ndarray:
