@@ -1102,6 +1102,28 @@ def test_a_pcie_server_all_reduces_through_nccl_not_the_engines_one_shot_kernel(
     assert per_call("h100") < 10.0 and per_call("rtx-pro-6000", tp=2) < 10.0
 
 
+def test_only_an_engine_that_leaves_nccls_nvls_on_all_reduces_a_prefill_at_the_nvls_bandwidth():
+    """A TP8 prefill all-reduce of 4,096 tokens of Llama 70B (8,192 × 2 B each: 64 MiB) moves the ring's
+    2 × 7/8 × 64 MiB = 117,440,512 B per GPU. TensorRT-LLM hands messages this large to NCCL and leaves NVLS on
+    (customAllReduceUtils.h AllReduceBestStrategyTable), so on 8x H200 they run at NVLS's 480 GB/s bus bandwidth
+    (nccl-tests, data/hardware/h200.yaml): 7.2 + 244.7 = 251.9 us. vLLM turns NCCL's cuMem off on one node
+    (env_override.py) and SGLang NVLS itself (PR #631): a ring at 365 GB/s, 7.2 + 321.8 = 329.0 us. In a GB200
+    NVL72 rack vLLM leaves cuMem on, so NVLS (850 GB/s) stands: 7.2 + 138.2 = 145.4 us."""
+    m = load_model(LLAMA70)
+    lay = PoolArrays.from_pools([Pool(tp=8)])
+    nbytes = np.array([4096 * 8192 * 2.0])
+
+    def per_call(engine: str, cluster: str = "h200") -> float:
+        sm = StepModel(m, load_cluster(cluster), load_engine(engine), Precision.parse("fp8"), lay)
+        return float(sm.all_reduce(nbytes, np.array([8]))[0]) * 1e6
+
+    assert per_call("trtllm") == pytest.approx(251.9, abs=0.1)
+    assert per_call("vllm") == pytest.approx(329.0, abs=0.1)
+    assert per_call("sglang") == pytest.approx(329.0, abs=0.1)
+    assert per_call("vllm", "gb200-nvl72") == pytest.approx(145.4, abs=0.1)
+    assert per_call("sglang", "gb200-nvl72") < per_call("sglang")  # its ring on NVLink5, no NVLS
+
+
 def test_the_db_dump_disaggregated_rows_carry_their_recipes_settings():
     """SOURCES.md rule 6 (stop 32): each of the 123 db-dump disaggregated rows carries its recipe's KV format (fp8
     but the two H200 SGLang rows of cfg434, whose recipe sets none) and each pool's MoE exchange: SGLang's DeepEP

@@ -34,6 +34,9 @@ model_runner_kv_cache_mixin.py profile_max_num_token, rest_memory = available_gp
 (1 − mem_fraction_static), the available memory measured after the weights load)."""
 MOE_LAYOUTS = ("any", "ep_or_tp")
 DP_ATTENTION_TP = ("any", "one")
+NCCL_NVLS = ("on", "multi_node", "off")
+"""Where an engine's NCCL all-reduces may run as NVLS (in-switch reduction): wherever the switch offers it, only in
+a multi-node NVLink domain (an NVL72 rack), or nowhere (the engine turns NCCL's NVLS or its cuMem allocator off)."""
 GIB = 2**30
 SMALL_WORKER_GPUS = 4
 """A worker of fewer GPUs per stage (SGLang's --tp-size) takes the small tier of cuda_graph_tiers
@@ -144,6 +147,9 @@ class Engine:
     """Expert layouts it runs (MOE_LAYOUTS): any moe_tp × moe_ep, or only all-EP or all-TP experts."""
     dp_attention_tp: str
     """Attention TP inside a DP-attention rank (DP_ATTENTION_TP): any, or only one GPU per rank."""
+    nccl_nvls: str
+    """Where the all-reduces it hands to NCCL (messages too large for its own one-shot kernels) may run as NVLS,
+    NCCL's in-switch reduction at the link's all-reduce bus bandwidth (NCCL_NVLS; LinkSpec.allreduce_busbw_gbps)."""
     pipeline: bool
     """Whether it runs pipeline parallelism."""
     knobs: EngineKnobs
@@ -291,7 +297,7 @@ def _engine_from(name: str, raw: Any, file: str) -> Engine:
     spec = dataclass_from_mapping(_EngineFields, data, file, name)
     if spec.memory not in MEMORY_MODES:
         raise ConfigError(f"expected one of {', '.join(MEMORY_MODES)}", file=file, field=f"{name}.memory")
-    for key, allowed in (("moe_layout", MOE_LAYOUTS), ("dp_attention_tp", DP_ATTENTION_TP)):
+    for key, allowed in (("moe_layout", MOE_LAYOUTS), ("dp_attention_tp", DP_ATTENTION_TP), ("nccl_nvls", NCCL_NVLS)):
         if getattr(spec, key) not in allowed:
             raise ConfigError(f"expected one of {', '.join(allowed)}", file=file, field=f"{name}.{key}")
     if spec.a2a not in A2A_BACKENDS[1:]:
@@ -368,6 +374,7 @@ class _EngineFields:
     deepep: bool
     moe_layout: str
     dp_attention_tp: str
+    nccl_nvls: str
     pipeline: bool
 
 

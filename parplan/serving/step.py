@@ -34,6 +34,7 @@ from parplan.hardware.efficiency import (
     gemm_time,
     link_bytes,
     memory_bound_time,
+    uses_nvls,
 )
 from parplan.hardware.spec import ClusterSpec, GPUSpec
 from parplan.models.spec import (
@@ -249,13 +250,19 @@ class StepModel:
 
     # ---- communication ----------------------------------------------------------------------------------
     def all_reduce(self, nbytes: np.ndarray, ranks: np.ndarray) -> np.ndarray:
-        """A TP all-reduce of `nbytes` per rank: inside one NVLink domain the engine's one-shot kernel (its
-        latency, the ring's bytes at the domain's bus bandwidth), across domains, or over more than two GPUs of a link
-        the kernel does not run on (PCIe: LinkSpec.one_shot_allreduce), NCCL's model."""
+        """A TP all-reduce of `nbytes` per rank: inside one NVLink domain the engine's one-shot kernel's latency and
+        the ring's bytes at the domain's bus bandwidth, or at its NVLS bus bandwidth where the engine leaves NCCL's
+        NVLS on (Engine.nccl_nvls: the messages large enough to carry many bytes go to NCCL); across domains, or over
+        more than two GPUs of a link the kernel does not run on (PCIe: LinkSpec.one_shot_allreduce), NCCL's
+        model."""
         cl = self.cluster
         inside = (ranks <= cl.scaleup_domain) & (cl.scaleup.one_shot_allreduce | (ranks <= 2))
         wire, _ = link_bytes(Collective.ALL_REDUCE, nbytes, ranks, np.minimum(ranks, cl.scaleup_domain))
-        one_shot = self.engine.knobs.allreduce_us * 1e-6 + wire / (cl.scaleup.busbw_gbps * 1e9)
+        nvls = self.engine.nccl_nvls == "on" or (self.engine.nccl_nvls == "multi_node"
+                                                 and cl.scaleup_domain > cl.gpus_per_node)
+        busbw = np.where(nvls & uses_nvls(cl.scaleup, Collective.ALL_REDUCE, ranks),
+                         cl.scaleup.allreduce_busbw_gbps or cl.scaleup.busbw_gbps, cl.scaleup.busbw_gbps)
+        one_shot = self.engine.knobs.allreduce_us * 1e-6 + wire / (busbw * 1e9)
         nccl = collective_time(cl, Collective.ALL_REDUCE, nbytes, ranks, np.minimum(ranks, cl.scaleup_domain))
         return np.where(ranks > 1, np.where(inside, one_shot, nccl), 0.0)
 
