@@ -361,6 +361,29 @@ def test_one_sided_all_to_all_in_a_decode_step():
     assert pcie == pytest.approx(by_hand, rel=1e-9)
 
 
+def test_group_limited_routing_caps_the_ranks_a_token_reaches():
+    """DeepSeek-V3 routes each token to topk_group = 4 of its n_group = 8 expert groups (config.json). Laid
+    contiguously, one group a rank at EP 8, a token reaches at most 4 ranks, where uniform routing would reach
+    8·(1 − C(224, 8)/C(256, 8)) = 5.29; at EP 16 a group spans 2 ranks, the cap is 8 and the uniform 6.52 stands;
+    Kimi-K2.5 (n_group 1) keeps the uniform figure at EP 8."""
+    from parplan.models import load_model
+    from parplan.serving.layout import PoolArrays
+    from parplan.serving.spec import Pool, Precision
+    from parplan.serving.step import StepModel
+
+    def reached(model: str, ep: int) -> float:
+        sm = StepModel(load_model(model), load_cluster("gb200-nvl72", gpus=ep), load_engine("trtllm"),
+                       Precision(gemm="fp8", moe="fp8"), PoolArrays.from_pools([Pool(tp=1, dp=ep, moe_ep=ep)]))
+        return float(sm._ranks_reached(np.array([ep]))[0])
+
+    uniform8 = 8 * (1 - math.comb(224, 8) / math.comb(256, 8))
+    assert uniform8 == pytest.approx(5.29, abs=0.005)
+    assert reached("deepseek-ai/DeepSeek-V3", 8) == 4.0
+    assert reached("deepseek-ai/DeepSeek-V3", 16) == pytest.approx(16 * (1 - math.comb(240, 8) / math.comb(256, 8)))
+    kimi = 8 * (1 - math.comb(384 - 48, 8) / math.comb(384, 8))  # 384 experts, 48 a rank
+    assert reached("moonshotai/Kimi-K2.5", 8) == pytest.approx(kimi)
+
+
 def test_deepep_low_latency_no_faster_than_the_one_sided_kernel():
     """SGLang's DeepEP low-latency decode exchange on 48 GB200 (attention DP 48, EP 48, 16 sequences a rank): DeepEP's
     model scales H800's NVLink figures to NVLink5 (a few µs), but inside one NVLink domain no exchange beats the

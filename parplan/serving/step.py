@@ -332,12 +332,21 @@ class StepModel:
         return np.where(lay.dp > 1, with_dp, no_dp)
 
     def _ranks_reached(self, ranks: np.ndarray) -> np.ndarray:
-        """EP ranks a token's experts sit on, its own included (uniform routing over whole experts evenly spread;
-        min(top_k, ranks) where the experts do not divide evenly)."""
+        """EP ranks a token's experts sit on, its own included: uniform routing over whole experts evenly spread
+        (min(top_k, ranks) where the experts do not divide evenly), at most the ranks that group-limited routing
+        lets a token reach (its topk_group groups, laid contiguously over the ranks: 4 of DeepSeek-V3's 8 at EP 8,
+        where uniform routing would reach 5.3). Redundant experts are not counted: a token takes one replica of
+        each of its experts, so replicas change which ranks it reaches, not how many under uniform routing."""
         moe = self.model.moe
         assert moe is not None
-        return _per_size(ranks, lambda n: experts.expected_nodes_touched(moe.experts, moe.top_k, n)
-                         if moe.experts % n == 0 else float(min(moe.top_k, n)))
+
+        def reached(n: int) -> float:
+            r = (experts.expected_nodes_touched(moe.experts, moe.top_k, n) if moe.experts % n == 0
+                 else float(min(moe.top_k, n)))
+            if moe.group_limited:
+                r = min(r, float(experts.max_nodes_per_token(moe.n_group, moe.topk_group, n)))
+            return r
+        return _per_size(ranks, reached)
 
     def _remote_nodes(self, nodes: np.ndarray) -> np.ndarray:
         """Remote nodes a token's experts sit on (DeepEP normal kernels send one copy to each), uniform
