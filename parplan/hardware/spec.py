@@ -224,6 +224,12 @@ class ClusterSpec:
     def nodes(self) -> int:
         return -(-self.gpus // self.gpus_per_node)
 
+    @property
+    def multi_node_nvlink(self) -> bool:
+        """Whether the scale-up domain spans servers (MNNVL: a GB200/GB300 NVL72 rack of 4-GPU trays), which is
+        what engines test before taking their rack-scale kernels."""
+        return self.scaleup_domain > self.gpus_per_node
+
     def summary(self) -> dict[str, object]:
         g = self.gpu
         return {

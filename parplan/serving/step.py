@@ -258,8 +258,7 @@ class StepModel:
         cl = self.cluster
         inside = (ranks <= cl.scaleup_domain) & (cl.scaleup.one_shot_allreduce | (ranks <= 2))
         wire, _ = link_bytes(Collective.ALL_REDUCE, nbytes, ranks, np.minimum(ranks, cl.scaleup_domain))
-        nvls = self.engine.nccl_nvls == "on" or (self.engine.nccl_nvls == "multi_node"
-                                                 and cl.scaleup_domain > cl.gpus_per_node)
+        nvls = self.engine.nccl_nvls == "on" or (self.engine.nccl_nvls == "multi_node" and cl.multi_node_nvlink)
         busbw = np.where(nvls & uses_nvls(cl.scaleup, Collective.ALL_REDUCE, ranks),
                          cl.scaleup.allreduce_busbw_gbps or cl.scaleup.busbw_gbps, cl.scaleup.busbw_gbps)
         one_shot = self.engine.knobs.allreduce_us * 1e-6 + wire / (busbw * 1e9)
@@ -275,9 +274,8 @@ class StepModel:
         default = A2A_BACKENDS.index(eng.a2a)
         if eng.a2a_needs_mnnvl:
             moe = self.model.moe
-            mnnvl = cl.scaleup_domain > cl.gpus_per_node  # an NVLink domain wider than a node (NVL72 rack)
             routed = (lay.moe_tp == 1) & (lay.moe_ep > (moe.top_k if moe is not None else 0))
-            default = np.where(mnnvl & routed, default, A2A_BACKENDS.index("allgather"))
+            default = np.where(cl.multi_node_nvlink & routed, default, A2A_BACKENDS.index("allgather"))
         spans = lay.stage_gpus > cl.scaleup_domain
         auto = np.where(spans & self.engine.deepep, A2A_BACKENDS.index("deepep"), default)
         return np.where(lay.a2a == A2A_BACKENDS.index("auto"), auto, lay.a2a)
