@@ -150,23 +150,11 @@ class ExpertTraffic:
 
 
 def remote_nodes_per_token(ctx: Ctx) -> np.ndarray:
-    """Destination nodes other than its own a token's k copies reach (DeepEP sends one copy to each):
-    uniform routing over the EP group's nodes, capped by node-limited routing when the model's expert groups
-    map onto nodes (DeepSeek-V3: n_group 8, topk_group 4 → at most 4 nodes; formulas.md §4.4)."""
+    """Destination nodes other than its own a token's k copies reach (DeepEP sends one copy to each), over the EP
+    group's nodes (planner.experts.remote_nodes_reached)."""
     moe = ctx.model.moe
     assert moe is not None
-    nodes, inverse = np.unique(ctx.ep_nodes.astype(np.int64), return_inverse=True)
-    values = []
-    for n in nodes:
-        n = int(n)
-        # The EP group holds all experts; with fewer experts than nodes the spread is the expert count.
-        r = experts.expected_remote_nodes(moe.experts, moe.top_k, n) if moe.experts % n == 0 else (
-            experts.remote_copies(moe.top_k, n))
-        if moe.group_limited:
-            cap = experts.max_nodes_per_token(moe.n_group, moe.topk_group, n)
-            r = min(r, experts.node_limited(moe.top_k, n, cap))
-        values.append(r)
-    return np.array(values)[inverse.ravel()]
+    return experts.per_size(ctx.ep_nodes, lambda n: experts.remote_nodes_reached(moe, n))
 
 
 def dispatch_bytes(ctx: Ctx) -> np.ndarray:

@@ -10,7 +10,9 @@
 - **Imbalance**: :func:`imbalance` turns a load into the max/mean per-GPU load before EPLB (experts
   placed contiguously, as Megatron does) and after it; the MoE layers run at the pace of the busiest GPU,
   so max/mean is the straggler factor on their compute and all-to-all time.
-- **Node-limited routing** (formulas.md §4.4): how many inter-node copies of a token the EP dispatch sends.
+- **Node-limited routing** (formulas.md §4.4): how many inter-node copies of a token the EP dispatch sends
+  (:func:`remote_nodes_reached`), and how many EP ranks a token's experts sit on (:func:`ranks_reached`), for a
+  model's routing over each distinct group size of a batch of layouts (:func:`per_size`).
 """
 
 from __future__ import annotations
@@ -22,12 +24,15 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from parplan._input import parse_json, parse_yaml, read_text
 from parplan.errors import ConfigError
+
+if TYPE_CHECKING:
+    from parplan.models.spec import MoESpec
 
 # ---------------------------------------------------------------------------------------------- EPLB
 
@@ -483,3 +488,38 @@ def node_limited(top_k: int, nodes: int, max_nodes: int) -> float:
     """
     _check_positive(top_k=top_k, nodes=nodes, max_nodes=max_nodes)
     return min(top_k, max_nodes, nodes) * (nodes - 1) / nodes
+
+
+def remote_nodes_reached(moe: MoESpec, nodes: int) -> float:
+    """Nodes other than its own a token's experts sit on, over an EP group of `nodes` nodes holding all experts
+    (DeepEP's normal dispatch sends one copy to each): uniform routing where the experts spread evenly, else the
+    copies without per-node dedup; capped by group-limited routing (DeepSeek-V3: n_group 8, topk_group 4 → at most
+    4 nodes; formulas.md §4.4)."""
+    r = (expected_remote_nodes(moe.experts, moe.top_k, nodes) if moe.experts % nodes == 0
+         else remote_copies(moe.top_k, nodes))
+    if moe.group_limited:
+        r = min(r, node_limited(moe.top_k, nodes, max_nodes_per_token(moe.n_group, moe.topk_group, nodes)))
+    return r
+
+
+def ranks_reached(moe: MoESpec, ranks: int) -> float:
+    """EP ranks a token's experts sit on, its own included (a one-sided all-to-all sends it once to each): uniform
+    routing over whole experts evenly spread, else min(top_k, ranks); at most the ranks group-limited routing lets it
+    reach (its topk_group groups laid contiguously: 4 of DeepSeek-V3's 8 at EP 8, where uniform routing gives 5.29).
+    Redundant experts are not counted: a token takes one replica of each of its experts, so replicas change which
+    ranks it reaches, not how many under uniform routing."""
+    r = (expected_nodes_touched(moe.experts, moe.top_k, ranks) if moe.experts % ranks == 0
+         else float(min(moe.top_k, ranks)))
+    if moe.group_limited:
+        r = min(r, float(max_nodes_per_token(moe.n_group, moe.topk_group, ranks)))
+    return r
+
+
+def per_size(sizes: np.ndarray, value: Callable[[int], float]) -> np.ndarray:
+    """value(n) for every whole group size n of `sizes` (an array over layouts), computed once per distinct size:
+    the routing figures above are combinatorial sums, and a search holds few distinct sizes."""
+    whole = np.asarray(sizes).astype(np.int64)
+    out = np.zeros(np.shape(whole))
+    for n in np.unique(whole):
+        out = np.where(whole == n, value(int(n)), out)
+    return out

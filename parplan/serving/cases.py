@@ -246,14 +246,10 @@ def _pool(row: Row, prefix: str, *, moe: bool) -> Pool:
         moe_tp, moe_ep = None, 1
     n = row.int(prefix + "num_workers", minimum=1) or 1
     row.int(prefix + "batch_size", minimum=1)  # checked; only the token budget reads it (_measured_budget)
-    try:
-        return Pool(tp=tp, pp=pp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep or 1, workers=n,
-                    redundant_experts=row.int(prefix + "redundant_experts") or 0,
-                    a2a=row.text(prefix + "a2a") or "auto")
-    except ConfigError as e:
-        if e.field not in POOL_COLUMNS:  # a layout the Pool rejects: the row is refused with its reason
-            raise
-        raise row.error(prefix + e.field, e.rule) from None  # a malformed cell: Pool's own rule, named with the file
+    return launched_pool(lambda: Pool(tp=tp, pp=pp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep or 1, workers=n,
+                                      redundant_experts=row.int(prefix + "redundant_experts") or 0,
+                                      a2a=row.text(prefix + "a2a") or "auto"),
+                         lambda field, why: row.error(prefix + field, why))
 
 
 def _measured_budget(row: Row, engine: str, isl: int) -> int | None:
@@ -298,6 +294,18 @@ def launch_settings(row: Row) -> dict[str, Any]:
 
 LaunchError = Callable[[str, str], ConfigError]
 """How a reader names a bad launch setting: its field (a CSV column; a published entry's `launch.` key) and why."""
+
+
+def launched_pool(build: Callable[[], Pool], error: LaunchError) -> Pool:
+    """The pool `build` makes, where a POOL_COLUMNS value Pool rejects is a malformed cell or field: Pool's own rule,
+    named by `error(field, why)` with the file (both readers); a layout Pool rejects stays Pool's error, which
+    refuses the case with its reason."""
+    try:
+        return build()
+    except ConfigError as e:
+        if e.field not in POOL_COLUMNS:
+            raise
+        raise error(e.field, e.rule) from None
 
 
 def launched_deployment(engine: str, precision: Precision, launch: dict[str, Any], overlap: bool | None,

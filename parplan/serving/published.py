@@ -43,13 +43,13 @@ from parplan.planner import experts
 from parplan.serving.cases import (
     LAUNCH_COLUMNS,
     MEASURED_OVERLAP,
-    POOL_COLUMNS,
     QUANT,
     SYSTEMS,
     Case,
     Row,
     launch_settings,
     launched_deployment,
+    launched_pool,
     launched_workload,
 )
 from parplan.serving.engines import Engine, load_engine
@@ -190,16 +190,13 @@ def _pool(entry: _Entry, layout: Any, path: str, moe: bool, batch_key: str | Non
     ep = _int(layout, path, "moe_ep", 1) if moe else 1
     moe_tp = _int(layout, path, "moe_tp", tp * dp // max(ep, 1)) if moe else None
     batch = layout.get(batch_key) if batch_key else None
-    try:  # how the pool's MoE layers ran, as the measured CSV's POOL_COLUMNS state it, checked by Pool's own rules
-        return Pool(tp=tp, pp=_int(layout, path, "pp", 1), dp=dp, moe_tp=moe_tp, moe_ep=ep,
-                    workers=_int(layout, path, "workers", 1),
-                    batch=batch if isinstance(batch, int) and not isinstance(batch, bool) else None,
-                    redundant_experts=_int(layout, path, "redundant_experts", 0) or 0,
-                    a2a=str(layout.get("a2a", "auto")))
-    except ConfigError as e:
-        if e.field not in POOL_COLUMNS:
-            raise
-        raise entry.error(f"{path}.{e.field}", e.rule) from None
+    # how the pool's MoE layers ran, as the measured CSV's POOL_COLUMNS state it, checked by Pool's own rules
+    return launched_pool(lambda: Pool(tp=tp, pp=_int(layout, path, "pp", 1), dp=dp, moe_tp=moe_tp, moe_ep=ep,
+                                      workers=_int(layout, path, "workers", 1),
+                                      batch=batch if isinstance(batch, int) and not isinstance(batch, bool) else None,
+                                      redundant_experts=_int(layout, path, "redundant_experts", 0) or 0,
+                                      a2a=str(layout.get("a2a", "auto"))),
+                         lambda field, why: entry.error(f"{path}.{field}", why))
 
 
 def _base(entry: _Entry) -> dict[str, Any]:

@@ -18,7 +18,6 @@ Every function is numpy-broadcastable over layouts (PoolArrays) and step composi
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -143,15 +142,6 @@ def gdn_prefill_time(gpu: GPUSpec, engine: Engine, la: LinearAttentionSpec, toke
     flops = np.asarray(tokens, dtype=float) * linear_attention_flops_per_token(la) * heads_share
     peak = gpu.peak_tflops["bf16"] * 1e12 * engine.gdn_fraction(gpu)
     return np.where(np.asarray(tokens) > 0, flops / peak + GDN_PREFILL_KERNELS * gpu.kernel_launch_us * 1e-6, 0.0)
-
-
-def _per_size(sizes: np.ndarray, value: Callable[[int], float]) -> np.ndarray:
-    """value(n) for every whole group size n of `sizes` (an array over layouts), computed once per distinct size."""
-    whole = np.asarray(sizes).astype(np.int64)
-    out = np.zeros(np.shape(whole))
-    for n in np.unique(whole):
-        out = np.where(whole == n, value(int(n)), out)
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,38 +320,16 @@ class StepModel:
         return np.where(lay.dp > 1, with_dp, no_dp)
 
     def _ranks_reached(self, ranks: np.ndarray) -> np.ndarray:
-        """EP ranks a token's experts sit on, its own included: uniform routing over whole experts evenly spread
-        (min(top_k, ranks) where the experts do not divide evenly), at most the ranks that group-limited routing
-        lets a token reach (its topk_group groups, laid contiguously over the ranks: 4 of DeepSeek-V3's 8 at EP 8,
-        where uniform routing would reach 5.3). Redundant experts are not counted: a token takes one replica of
-        each of its experts, so replicas change which ranks it reaches, not how many under uniform routing."""
+        """EP ranks a token's experts sit on, its own included (planner.experts.ranks_reached)."""
         moe = self.model.moe
         assert moe is not None
-
-        def reached(n: int) -> float:
-            r = (experts.expected_nodes_touched(moe.experts, moe.top_k, n) if moe.experts % n == 0
-                 else float(min(moe.top_k, n)))
-            if moe.group_limited:
-                r = min(r, float(experts.max_nodes_per_token(moe.n_group, moe.topk_group, n)))
-            return r
-        return _per_size(ranks, reached)
+        return experts.per_size(ranks, lambda n: experts.ranks_reached(moe, n))
 
     def _remote_nodes(self, nodes: np.ndarray) -> np.ndarray:
-        """Remote nodes a token's experts sit on (DeepEP normal kernels send one copy to each), uniform
-        routing over the group's nodes, capped by node-limited routing (planner.experts)."""
+        """Remote nodes a token's experts sit on (DeepEP normal kernels send one copy to each; planner.experts)."""
         moe = self.model.moe
         assert moe is not None
-
-        def remote(n: int) -> float:
-            if n <= 1:
-                return 0.0
-            r = (experts.expected_remote_nodes(moe.experts, moe.top_k, n) if moe.experts % n == 0
-                 else experts.remote_copies(moe.top_k, n))
-            if moe.group_limited:
-                r = min(r, experts.node_limited(moe.top_k, n, experts.max_nodes_per_token(
-                    moe.n_group, moe.topk_group, n)))
-            return r
-        return _per_size(nodes, remote)
+        return experts.per_size(nodes, lambda n: experts.remote_nodes_reached(moe, n))
 
     # ---- routed experts ---------------------------------------------------------------------------------
     def experts(self, tokens: np.ndarray) -> np.ndarray:
