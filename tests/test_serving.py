@@ -1122,6 +1122,31 @@ def test_only_an_engine_that_leaves_nccls_nvls_on_all_reduces_a_prefill_at_the_n
     assert per_call("sglang") == pytest.approx(329.0, abs=0.1)
     assert per_call("vllm", "gb200-nvl72") == pytest.approx(145.4, abs=0.1)
     assert per_call("sglang", "gb200-nvl72") < per_call("sglang")  # its ring on NVLink5, no NVLS
+    # Across two H200 nodes (TP 16) the all-reduce is NCCL's hierarchical one: inside each node with NVLS for
+    # TensorRT-LLM, as rings for the engines that turn NVLS off.
+    from parplan.hardware.efficiency import Collective, collective_time
+
+    two = load_cluster("h200", gpus=16)
+    rings = dataclasses.replace(two, scaleup=dataclasses.replace(two.scaleup, allreduce_busbw_gbps=None))
+
+    def across(engine: str) -> float:
+        sm = StepModel(m, two, load_engine(engine), Precision.parse("fp8"), PoolArrays.from_pools([Pool(tp=16)]))
+        return float(sm.all_reduce(nbytes, np.array([16]))[0])
+
+    nvls, ring = (float(collective_time(c, Collective.ALL_REDUCE, nbytes, 16, 8)[0]) for c in (two, rings))
+    assert across("trtllm") == pytest.approx(nvls, rel=1e-12) and nvls < ring
+    assert across("vllm") == pytest.approx(ring, rel=1e-12) == across("sglang")
+
+
+def test_a_one_shot_all_reduce_over_part_of_a_full_mesh_has_only_its_links():
+    """On 8 MI300X every GPU pair has its own 64 GB/s xGMI link (data/hardware/mi300x.yaml): a TP4 all-reduce
+    reaches its 3 peers over 3 links, 320 x 3 x 64 / 448 = 137.1 GB/s of the 320 GB/s bus bandwidth, so the 64 MiB
+    of a 4,096-token Llama 70B prefill (ring bytes 2 x 3/4 x 64 MiB = 100,663,296 B) take 7.2 + 734.0 = 741.2 us."""
+    m = load_model(LLAMA70)
+    sm = StepModel(m, load_cluster("mi300x"), load_engine("vllm"), Precision.parse("bf16"),
+                   PoolArrays.from_pools([Pool(tp=4)]))
+    assert float(sm.all_reduce(np.array([4096 * 8192 * 2.0]), np.array([4]))[0]) * 1e6 == pytest.approx(741.2,
+                                                                                                        abs=0.1)
 
 
 def test_the_db_dump_disaggregated_rows_carry_their_recipes_settings():

@@ -240,7 +240,7 @@ def uses_nvls(link: LinkSpec, kind: Collective, per_domain: ArrayLike) -> np.nda
             & (np.asarray(per_domain) > NVLS_MIN_GPUS))
 
 
-def _scaleup_busbw(cluster: ClusterSpec, per_domain: np.ndarray, kind: Collective) -> np.ndarray:
+def scaleup_busbw(cluster: ClusterSpec, per_domain: ArrayLike, kind: Collective) -> np.ndarray:
     """Bus bandwidth (GB/s) of a collective among `per_domain` GPUs of one scale-up domain."""
     link = cluster.scaleup
     bw = np.where(uses_nvls(link, kind, per_domain), link.allreduce_busbw_gbps or 0.0, link.busbw_gbps)
@@ -319,7 +319,7 @@ def link_time(cluster: ClusterSpec, kind: Collective, inside_bytes: ArrayLike, a
     inside = np.asarray(inside_bytes, dtype=float)
     shape = np.broadcast(g, inside).shape
     g_b = np.broadcast_to(g, shape)
-    b_in = _scaleup_busbw(cluster, g_b, kind) * 1e9
+    b_in = scaleup_busbw(cluster, g_b, kind) * 1e9
     nvls = uses_nvls(cluster.scaleup, kind, g_b)
     b_out = cluster.scaleout.busbw_gbps * 1e9
     t = (np.asarray(count, dtype=float) * _latency(cluster, kind, n, g, k, nvls)

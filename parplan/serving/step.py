@@ -33,7 +33,7 @@ from parplan.hardware.efficiency import (
     gemm_time,
     link_bytes,
     memory_bound_time,
-    uses_nvls,
+    scaleup_busbw,
 )
 from parplan.hardware.spec import ClusterSpec, GPUSpec
 from parplan.models.spec import (
@@ -246,13 +246,15 @@ class StepModel:
         more than two GPUs of a link the kernel does not run on (PCIe: LinkSpec.one_shot_allreduce), NCCL's
         model."""
         cl = self.cluster
-        inside = (ranks <= cl.scaleup_domain) & (cl.scaleup.one_shot_allreduce | (ranks <= 2))
-        wire, _ = link_bytes(Collective.ALL_REDUCE, nbytes, ranks, np.minimum(ranks, cl.scaleup_domain))
         nvls = self.engine.nccl_nvls == "on" or (self.engine.nccl_nvls == "multi_node" and cl.multi_node_nvlink)
-        busbw = np.where(nvls & uses_nvls(cl.scaleup, Collective.ALL_REDUCE, ranks),
-                         cl.scaleup.allreduce_busbw_gbps or cl.scaleup.busbw_gbps, cl.scaleup.busbw_gbps)
-        one_shot = self.engine.knobs.allreduce_us * 1e-6 + wire / (busbw * 1e9)
-        nccl = collective_time(cl, Collective.ALL_REDUCE, nbytes, ranks, np.minimum(ranks, cl.scaleup_domain))
+        if not nvls:  # NCCL as the engine leaves it: rings and trees only
+            cl = dataclasses.replace(cl, scaleup=dataclasses.replace(cl.scaleup, allreduce_busbw_gbps=None))
+        inside = (ranks <= cl.scaleup_domain) & (cl.scaleup.one_shot_allreduce | (ranks <= 2))
+        per_domain = np.minimum(ranks, cl.scaleup_domain)
+        wire, _ = link_bytes(Collective.ALL_REDUCE, nbytes, ranks, per_domain)
+        one_shot = (self.engine.knobs.allreduce_us * 1e-6
+                    + wire / (scaleup_busbw(cl, per_domain, Collective.ALL_REDUCE) * 1e9))
+        nccl = collective_time(cl, Collective.ALL_REDUCE, nbytes, ranks, per_domain)
         return np.where(ranks > 1, np.where(inside, one_shot, nccl), 0.0)
 
     def a2a_backend(self, mixed: bool) -> np.ndarray:
