@@ -17,7 +17,7 @@ from parplan._mapping import dataclass_from_mapping
 from parplan._resources import data_dir
 from parplan.errors import ConfigError, InvalidStrategyError, UnknownPresetError
 from parplan.hardware.efficiency import gemm_ceiling
-from parplan.hardware.spec import GPU_ARCHES, GPUSpec
+from parplan.hardware.spec import GPU_ARCHES, ClusterSpec, GPUSpec
 from parplan.names import A2A_BACKENDS, ENGINES, WEIGHT_DTYPES
 from parplan.serving.spec import BatchWait, DpBalance, Pool
 
@@ -239,6 +239,14 @@ class Engine:
     def moe_fraction(self, arch: str, weights: str) -> float | None:
         """The moe_gemm_fraction entry of a GPU architecture and expert weight format, None where not listed."""
         return next((f for a, w, f in self.moe_gemm_fraction if (a, w) == (arch, weights)), None)
+
+    def nccl_cluster(self, cluster: ClusterSpec) -> ClusterSpec:
+        """`cluster` as the engine's NCCL sees it: without the link's NVLS all-reduce bandwidth where the engine
+        turns NVLS off there (nccl_nvls: off, or multi_node outside a multi-node NVLink domain), so its NCCL
+        all-reduces run as rings and trees."""
+        if self.nccl_nvls == "on" or (self.nccl_nvls == "multi_node" and cluster.multi_node_nvlink):
+            return cluster
+        return dataclasses.replace(cluster, scaleup=dataclasses.replace(cluster.scaleup, allreduce_busbw_gbps=None))
 
     def gdn_fraction(self, gpu: GPUSpec) -> float:
         """The share of `gpu`'s bf16 peak its chunked Gated DeltaNet prefill runs at (gdn_prefill_fraction)."""

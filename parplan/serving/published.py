@@ -194,7 +194,7 @@ def _pool(entry: _Entry, layout: Any, path: str, moe: bool, batch_key: str | Non
     return launched_pool(lambda: Pool(tp=tp, pp=_int(layout, path, "pp", 1), dp=dp, moe_tp=moe_tp, moe_ep=ep,
                                       workers=_int(layout, path, "workers", 1),
                                       batch=batch if isinstance(batch, int) and not isinstance(batch, bool) else None,
-                                      redundant_experts=_int(layout, path, "redundant_experts", 0) or 0,
+                                      redundant_experts=_int(layout, path, "redundant_experts", 0),
                                       a2a=str(layout.get("a2a", "auto"))),
                          lambda field, why: entry.error(f"{path}.{field}", why))
 

@@ -242,13 +242,10 @@ class StepModel:
     def all_reduce(self, nbytes: np.ndarray, ranks: np.ndarray) -> np.ndarray:
         """A TP all-reduce of `nbytes` per rank: inside one NVLink domain the engine's one-shot kernel's latency and
         the ring's bytes at the domain's bus bandwidth, or at its NVLS bus bandwidth where the engine leaves NCCL's
-        NVLS on (Engine.nccl_nvls: the messages large enough to carry many bytes go to NCCL); across domains, or over
+        NVLS on (Engine.nccl_cluster: the messages large enough to carry many bytes go to NCCL); across domains, or over
         more than two GPUs of a link the kernel does not run on (PCIe: LinkSpec.one_shot_allreduce), NCCL's
         model."""
-        cl = self.cluster
-        nvls = self.engine.nccl_nvls == "on" or (self.engine.nccl_nvls == "multi_node" and cl.multi_node_nvlink)
-        if not nvls:  # NCCL as the engine leaves it: rings and trees only
-            cl = dataclasses.replace(cl, scaleup=dataclasses.replace(cl.scaleup, allreduce_busbw_gbps=None))
+        cl = self.engine.nccl_cluster(self.cluster)
         inside = (ranks <= cl.scaleup_domain) & (cl.scaleup.one_shot_allreduce | (ranks <= 2))
         per_domain = np.minimum(ranks, cl.scaleup_domain)
         wire, _ = link_bytes(Collective.ALL_REDUCE, nbytes, ranks, per_domain)
