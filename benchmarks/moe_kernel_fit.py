@@ -2,10 +2,11 @@
 
     python benchmarks/moe_kernel_fit.py
 
-Per engine, GPU architecture and expert weight format, solves for the fraction of the GPU's dense peak at which
-parplan's routed-expert time has zero median log error against aiconfigurator's measured MoE ops
-(parplan.serving.moe_kernels; the samples in data/serving/moe_kernels.csv). Prints, per group, the median absolute
-error of the time with the dense GEMM ceiling, with the fitted fraction and with the shipped table, then the table
+Per engine, GPU architecture and expert weight format, solves for the share of the GPU's measured dense GEMM
+ceiling (efficiency.gemm_ceiling) at which parplan's routed-expert time has zero median log error against
+aiconfigurator's measured MoE ops (parplan.serving.moe_kernels; the samples in data/serving/moe_kernels.csv).
+Prints, per group, the median absolute error of the time with the dense GEMM ceiling, with the fitted share and
+with the shipped table, then the table
 engines.yaml carries (groups whose dense ceiling already predicts them as slow as measured keep it). Seconds on 2
 cores.
 """

@@ -154,10 +154,10 @@ class Engine:
     """Whether it runs pipeline parallelism."""
     knobs: EngineKnobs
     moe_gemm_fraction: tuple[tuple[str, str, float], ...] = ()
-    """(GPU architecture, expert weight format, fraction): the GEMM ceiling, as a fraction of the GPU's dense peak
-    in the kernels' tensor-core dtype, at which the engine's routed-expert (grouped MoE) op takes the time its
-    micro-benchmarks measure (benchmarks/moe_kernel_fit.py on data/serving/moe_kernels.csv). Where listed and
-    below the dense GEMM's (efficiency.gemm_ceiling), the experts' GEMMs run at it (expert_ceiling)."""
+    """(GPU architecture, expert weight format, fraction): the share of the GPU's measured dense GEMM rate in the
+    kernels' tensor-core dtype (efficiency.gemm_ceiling) at which the engine's routed-expert (grouped MoE) op takes
+    the time its micro-benchmarks measure (benchmarks/moe_kernel_fit.py on data/serving/moe_kernels.csv); where
+    listed, the experts' GEMMs run at it (expert_ceiling)."""
     gdn_prefill_fraction: tuple[tuple[str, float], ...] = ()
     """(GPU architecture, fraction): the share of the GPU's bf16 peak at which the engine's chunked Gated DeltaNet
     prefill kernel runs the recurrence's FLOPs (benchmarks/gdn_kernel_fit.py on data/serving/gdn_kernels.csv); where
@@ -229,12 +229,14 @@ class Engine:
 
     def expert_ceiling(self, gpu: GPUSpec, weights: str, dtype: str) -> float | None:
         """The GEMM ceiling of the engine's routed-expert kernels for `weights` running on `dtype` tensor cores
-        (efficiency.gemm_time's `ceiling`), or None where the dense GEMM's applies: moe_gemm_fraction where it
-        is listed and lower (a fused MoE op routes, permutes and scales tokens around variable-size grouped
-        GEMMs; the shipped fractions, 0.20-0.68, reproduce aiconfigurator's measured ops where the dense GEMMs'
-        measured ceilings are 0.71-0.80)."""
+        (efficiency.gemm_time's `ceiling`, a fraction of the dtype's peak), or None where the dense GEMM's applies:
+        the listed moe_gemm_fraction of the dense GEMM's measured ceiling. A fused MoE op routes, permutes and
+        scales tokens around variable-size grouped GEMMs, so it reaches a share of what a dense GEMM reaches on the
+        same GPU, not of the datasheet peak: B300's and GB300's fp4 peaks are 1.46x and 1.67x B200's, while the
+        best NVFP4 GEMM the engines' collectors measure on them is 1.12x and 1.22x (gemm_best.csv), and
+        TensorRT-LLM's measured MoE ops on them follow the measured GEMM (moe_kernels.csv)."""
         fraction = self.moe_fraction(gpu.arch, weights)
-        return fraction if fraction is not None and fraction < gemm_ceiling(gpu, dtype) else None
+        return None if fraction is None else fraction * gemm_ceiling(gpu, dtype)
 
     def moe_fraction(self, arch: str, weights: str) -> float | None:
         """The moe_gemm_fraction entry of a GPU architecture and expert weight format, None where not listed."""

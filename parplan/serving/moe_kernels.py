@@ -19,7 +19,6 @@ from functools import lru_cache
 import numpy as np
 
 from parplan._resources import data_dir
-from parplan.hardware.efficiency import gemm_ceiling
 from parplan.hardware.presets import load_cluster
 from parplan.models import load_model
 from parplan.serving.cases import SYSTEMS
@@ -27,7 +26,7 @@ from parplan.serving.engines import Engine
 from parplan.serving.kernel_fit import zero_median_rate
 from parplan.serving.layout import PoolArrays
 from parplan.serving.spec import Pool, Precision
-from parplan.serving.step import StepModel, compute_format
+from parplan.serving.step import StepModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,21 +86,11 @@ def with_fraction(engine: Engine, arch: str, weights: str, fraction: float | Non
                                                                    ((arch, weights, fraction),)))
 
 
-def dense_fraction(group: tuple[KernelSample, ...]) -> float:
-    """The highest dense GEMM ceiling among the group's GPUs (H100 and H200, or B200, B300 and GB200, differ):
-    above it no entry takes effect anywhere in the group."""
-    def ceiling(s: KernelSample) -> float:
-        gpu = load_cluster(SYSTEMS[s.system]).gpu
-        return gemm_ceiling(gpu, compute_format(gpu.supports_fp4, gpu.supports_fp8, s.weights)[0])
-    return max(ceiling(s) for s in group)
-
-
 def fit_fraction(engine: Engine, key: Group, group: tuple[KernelSample, ...]) -> float | None:
-    """The fraction of the dense peak with zero median log error (bisection: a higher ceiling predicts a faster
+    """The share of the dense GEMM ceiling with zero median log error (bisection: a higher share predicts a faster
     op, so the error rises with it), to three decimals; None where the dense ceiling already predicts the group as
     slow as measured or slower."""
     _, arch, weights = key
     if np.median(log_errors(with_fraction(engine, arch, weights, None), group)) <= 0:
         return None
-    return zero_median_rate(lambda f: log_errors(with_fraction(engine, arch, weights, f), group), 0.01,
-                            dense_fraction(group), 30, 3)
+    return zero_median_rate(lambda f: log_errors(with_fraction(engine, arch, weights, f), group), 0.01, 1.0, 30, 3)
