@@ -18,7 +18,7 @@ from parplan.serving.kernel_fit import median_error
 
 def main() -> None:
     table: dict[str, dict[str, float]] = {}
-    print(f"{'engine':7s} {'arch':9s} {'rows':>5s}  {'fraction':>8s}  median |error|: flash fraction, fitted, shipped")
+    print(f"{'engine':7s} {'arch':9s} {'rows':>5s}  {'share':>8s}  median |error|: flash fraction, fitted, shipped")
     for key, group in sorted(samples().items()):
         name, arch = key
         engine = load_engine(name)

@@ -20,7 +20,7 @@ from parplan.serving.moe_kernels import fit_fraction, log_errors, samples, with_
 
 def main() -> None:
     table: dict[str, dict[str, dict[str, float]]] = {}
-    print(f"{'engine':7s} {'arch':9s} {'format':6s} {'rows':>5s}  {'fraction':>8s}  median |error|: dense, fitted, "
+    print(f"{'engine':7s} {'arch':9s} {'format':6s} {'rows':>5s}  {'share':>8s}  median |error|: dense, fitted, "
           "shipped")
     for key, group in sorted(samples().items()):
         name, arch, weights = key
