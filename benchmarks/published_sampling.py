@@ -16,18 +16,12 @@ import argparse
 import numpy as np
 from scipy.stats import mannwhitneyu
 
-from parplan.serving.validate import evaluate_cases, load_serving_cases
-
-MEASURED = "measured rows"
-"""The tag of the shipped measured rows (validate's 'set')."""
+from parplan.serving.validate import CaseResult, evaluate_cases, load_serving_cases, shipped_files
 
 
-def errors(results, metric: str, measured: bool) -> np.ndarray:
-    """Absolute percentage errors of `metric` over the predicted cases of one set."""
-    out = [abs(r.predicted[metric] / r.case.measured[metric] - 1.0) for r in results
-           if r.error is None and metric in r.predicted and metric in r.case.measured
-           and (r.case.tags.get("set") == MEASURED) == measured]
-    return np.asarray(out)
+def errors(results: list[CaseResult], metric: str) -> np.ndarray:
+    """Absolute percentage errors of `metric` over the predicted cases (CaseResult.ape)."""
+    return np.array([e for e in (r.ape(metric) for r in results) if e is not None])
 
 
 def main() -> None:
@@ -35,10 +29,10 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=100_000)
     parser.add_argument("--limit", type=float, default=0.20, help="the target on the median error")
     args = parser.parse_args()
-    results = evaluate_cases(load_serving_cases())
+    measured_rows, published_file = (evaluate_cases(load_serving_cases(path)) for path in shipped_files())
     rng = np.random.default_rng(0)
     for metric in ("ttft_ms", "tpot_ms"):
-        rows, published = errors(results, metric, True), errors(results, metric, False)
+        rows, published = errors(measured_rows, metric), errors(published_file, metric)
         n = len(published)
         test = mannwhitneyu(published, rows, alternative="two-sided")
         print(f"{metric}: measured rows {len(rows)}, median {np.median(rows):.1%}; published closed loops {n}, "
